@@ -1,0 +1,31 @@
+# The two commands a new user needs: `make demo` and `make test`. Both create .venv if missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.vlbench-installed
+CORES ?= 2
+
+.PHONY: demo test lint report clean venv
+
+venv: $(STAMP)
+
+$(STAMP): envs/requirements.txt envs/requirements-test.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r envs/requirements.txt -r envs/requirements-test.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES)
+	@echo
+	@echo "Tables: results/tables/metrics.csv and results/tables/*.md"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/snakemake --lint
+
+clean:
+	rm -rf results logs .snakemake

@@ -1,0 +1,20 @@
+# vlbench: CLIP-style retrieval benchmarks, from datasets to the papers' tables.
+# Read the DAG stage by stage in workflow/rules/; every key is documented in config/README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/embed.smk"
+include: "workflow/rules/index.smk"
+include: "workflow/rules/metrics.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

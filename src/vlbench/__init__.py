@@ -1,0 +1,3 @@
+"""vlbench: reproducible CLIP-style retrieval and zero-shot benchmarks."""
+
+__version__ = "0.1.0"

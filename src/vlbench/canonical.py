@@ -1,0 +1,62 @@
+"""The canonical benchmark layout every protocol is prepared into, and its readers.
+
+A prepared benchmark is a directory with:
+
+- ``images.parquet``: ``image_id`` (string, unique), ``image`` (encoded bytes),
+  ``group`` (string or null)
+- ``texts.parquet``: ``text_id`` (string, unique), ``text`` (string), ``group`` (string or null)
+- ``qrels.parquet``: ``image_id``, ``text_id``, ``relevance`` (int32 > 0): the relevant pairs,
+  read in both directions
+- ``benchmark.json``: protocol, source, revision and row counts
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlbench.errors import VlbenchError
+
+IMAGES_SCHEMA = pa.schema(
+    [("image_id", pa.string()), ("image", pa.binary()), ("group", pa.string())]
+)
+TEXTS_SCHEMA = pa.schema([("text_id", pa.string()), ("text", pa.string()), ("group", pa.string())])
+QRELS_SCHEMA = pa.schema(
+    [("image_id", pa.string()), ("text_id", pa.string()), ("relevance", pa.int32())]
+)
+MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
+ID_COLUMNS = {"image": "image_id", "text": "text_id"}
+
+
+def read_table(path: str | Path, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """Read a parquet file and check it carries the columns of `schema`."""
+    path = Path(path)
+    try:
+        file_schema = pq.read_schema(path)
+    except FileNotFoundError as exc:
+        raise VlbenchError(f"file not found: {path}") from exc
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise VlbenchError(f"{path}: not a readable parquet file ({exc})") from exc
+    wanted = columns or schema.names
+    missing = [name for name in wanted if name not in file_schema.names]
+    if missing:
+        raise VlbenchError(
+            f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(file_schema.names)})"
+        )
+    return pq.read_table(path, columns=wanted)
+
+
+def read_ids(path: str | Path, modality: str) -> np.ndarray:
+    """The ids of a modality's canonical parquet, in file order."""
+    column = ID_COLUMNS[modality]
+    schema = IMAGES_SCHEMA if modality == "image" else TEXTS_SCHEMA
+    table = read_table(path, schema, [column])
+    return np.asarray(table.column(column).to_pylist(), dtype=object)
+
+
+def read_qrels(path: str | Path) -> pa.Table:
+    """The relevance judgements of a prepared benchmark."""
+    return read_table(path, QRELS_SCHEMA)

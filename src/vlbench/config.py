@@ -1,0 +1,113 @@
+"""Validate a workflow config against the JSON schema, fill defaults, explain errors in one line."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from vlbench.errors import VlbenchError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Read the YAML JSON-schema file."""
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def _fill_defaults(validator_class: type) -> type:
+    """Extend a jsonschema validator so that validating also inserts `default:` values."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(
+        validator: Any, properties: Mapping, instance: Any, schema: Mapping
+    ) -> Iterator:
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(part) for part in error.absolute_path) or "<top level>"
+
+
+def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For oneOf/anyOf failures, pick the branch error that explains the most."""
+    if error.context:
+        return _deepest(jsonschema.exceptions.best_match(error.context))
+    return error
+
+
+def explain(error: jsonschema.ValidationError, source: str) -> str:
+    """Turn a schema error into one line naming the key and what is allowed."""
+    error = _deepest(error)
+    where = _where(error)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        if allowed:
+            return (
+                f"{source}: unknown key {', '.join(repr(k) for k in unknown)} at '{where}' "
+                f"(allowed: {', '.join(allowed)})"
+            )
+    if error.validator == "required":
+        return f"{source}: missing key at '{where}': {error.message}"
+    if error.validator == "pattern" and error.schema.get("pattern", "").startswith("^[A-Za-z0-9]["):
+        return (
+            f"{source}: key {error.instance!r} under '{where}' may only use letters, digits, "
+            "'_', '.', '-' (no '/', no '..', at most 64 characters)"
+        )
+    if error.validator == "not":
+        return f"{source}: key {error.instance!r} under '{where}' must not contain '..'"
+    return f"{source}: invalid value at '{where}': {error.message}"
+
+
+def validate_config(
+    config: Mapping[str, Any], source: str = "config", schema_path: str | Path = SCHEMA_PATH
+) -> dict[str, Any]:
+    """Return a validated copy of `config` with every schema default filled in.
+
+    Raises VlbenchError with a one-line message naming the offending key.
+    """
+    instance = copy.deepcopy(dict(config))
+    validator = _Validator(load_schema(schema_path))
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise VlbenchError(explain(errors[0], source))
+    return instance
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a YAML config file."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+    except FileNotFoundError as exc:
+        raise VlbenchError(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise VlbenchError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    if not isinstance(data, dict):
+        raise VlbenchError(f"{path}: the top level must be a mapping")
+    return validate_config(data, str(path))
+
+
+def source_kind(source: Mapping[str, Any]) -> str:
+    """Which of the three source forms a validated benchmark source is: hub, path or synthetic."""
+    for kind, key in (("hub", "repo"), ("path", "path"), ("synthetic", "synthetic")):
+        if key in source:
+            return kind
+    raise VlbenchError(f"unrecognised benchmark source {dict(source)!r}")

@@ -1,0 +1,72 @@
+# Config loading and validation, wildcard constraints and the small input functions rules share.
+
+import re
+from pathlib import Path
+
+from vlbench.config import source_kind, validate_config
+from vlbench.errors import VlbenchError
+from vlbench.retrieval import DIRECTIONS
+from vlbench.workflow import check_local_paths, local_checkpoint, model_spec_for_job
+
+# The default experiment applies only when no --configfile is given, so a user's config file
+# evaluates exactly its own models and benchmarks.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+try:
+    _validated = validate_config(
+        config,
+        source=", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml",
+        schema_path=workflow.source_path("../schemas/config.schema.yaml"),
+    )
+    check_local_paths(_validated)
+except VlbenchError as error:
+    raise WorkflowError(str(error)) from None
+config.clear()
+config.update(_validated)
+
+MODELS = sorted(config["models"])
+BENCHMARKS = sorted(config["benchmarks"])
+MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)),
+    benchmark="|".join(map(re.escape, BENCHMARKS)),
+    modality="image|text",
+    direction="|".join(DIRECTIONS),
+
+
+def all_targets():
+    """The final targets: the long metrics table and one Markdown table per benchmark."""
+    return ["results/tables/metrics.csv"] + expand(
+        "results/tables/{benchmark}.md", benchmark=BENCHMARKS
+    )
+
+
+def benchmark_source(wildcards):
+    """The validated source mapping of a benchmark."""
+    return config["benchmarks"][wildcards.benchmark]["source"]
+
+
+def source_input(wildcards):
+    """What prepare_benchmark reads locally: the synthetic or local directory; nothing for the hub."""
+    source = benchmark_source(wildcards)
+    kind = source_kind(source)
+    if kind == "synthetic":
+        return f"results/sources/{wildcards.benchmark}"
+    if kind == "path":
+        return source["path"]
+    return []
+
+
+def checkpoint_input(wildcards):
+    """The local checkpoint file a model loads, if any; random-init checkpoints are made by a rule."""
+    return local_checkpoint(wildcards.model, config["models"][wildcards.model])
+
+
+def query_and_gallery(wildcards):
+    """Query and gallery modality of a direction."""
+    return DIRECTIONS[wildcards.direction]

@@ -1,0 +1,36 @@
+# Stage 1: benchmark sources -> canonical parquet (images, texts, relevance judgements).
+
+
+rule write_synthetic_source:
+    output:
+        directory("results/sources/{benchmark}"),
+    params:
+        synthetic=lambda wildcards: benchmark_source(wildcards)["synthetic"],
+        split=lambda wildcards: benchmark_source(wildcards)["split"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/write_synthetic_source/{benchmark}.log",
+    script:
+        "../../scripts/write_synthetic_source.py"
+
+
+rule prepare_benchmark:
+    input:
+        source=source_input,
+    output:
+        images="results/data/{benchmark}/images.parquet",
+        texts="results/data/{benchmark}/texts.parquet",
+        qrels="results/data/{benchmark}/qrels.parquet",
+        meta="results/data/{benchmark}/benchmark.json",
+    params:
+        source=benchmark_source,
+        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/prepare_benchmark/{benchmark}.log",
+    benchmark:
+        "results/timings/prepare_benchmark/{benchmark}.tsv"
+    script:
+        "../../scripts/prepare_benchmark.py"
