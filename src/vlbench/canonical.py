@@ -1,13 +1,31 @@
 """The canonical benchmark layout every protocol is prepared into, and its readers.
 
-A prepared benchmark is a directory with:
+A prepared benchmark is a directory ``results/data/<benchmark>/`` with:
 
 - ``images.parquet``: ``image_id`` (string, unique), ``image`` (encoded bytes),
-  ``group`` (string or null)
-- ``texts.parquet``: ``text_id`` (string, unique), ``text`` (string), ``group`` (string or null)
-- ``qrels.parquet``: ``image_id``, ``text_id``, ``relevance`` (int32 > 0): the relevant pairs,
-  read in both directions
-- ``benchmark.json``: protocol, source, revision and row counts
+  ``group`` (string or null: a class or taxon the image belongs to)
+- ``texts.parquet``: ``text_id`` (string, unique), ``text`` (string, exactly what the model
+  tokenizes), ``group`` (string or null: the class, taxon or query group of the text)
+- ``qrels.parquet``: ``image_id``, ``text_id``, ``relevance`` (int32; > 0 relevant, 0 judged
+  not relevant): item-level judgements, read in both directions
+- ``benchmark.json``: protocol, source, revision, split/subset and row counts
+
+Protocols use these as follows:
+
+- ``paired`` / ``multi_positive`` (BioMedFlickr, Cornell Bird, PlantID, Flickr30k, COCO): qrels
+  link each image to its caption(s); the gallery is the whole other modality.
+- ``taxon_candidates`` (BioVITA): texts are corpus entries with ``group`` = taxon, images are
+  queries with ``group`` = correct taxon; ``candidates.parquet`` holds each query's candidate
+  list (see below); taxa are scored by the max over their corpus entries.
+- ``zeroshot`` (classification): texts are the prompts (class text x template) with ``group`` =
+  class; images carry ``group`` = true class; qrels is empty. The classifier of a class is the
+  re-normalised mean of its prompts' normalised embeddings.
+- ``rerank`` (INQUIRE-Rerank): texts are queries with ``group`` = supercategory; qrels carry
+  the relevance labels; ``candidates.parquet`` restricts each text query to its candidates.
+
+- ``candidates.parquet`` (only for protocols that restrict a query's gallery):
+  ``query_modality`` ("image" or "text"), ``query_id``, ``candidate_ids`` (list of gallery ids,
+  ordered), ``candidate_groups`` (list of groups in the reference tie-break order, or null)
 """
 
 from __future__ import annotations
