@@ -7,6 +7,7 @@ from vlbench.workflow import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     rows = prepare_benchmark(
+        benchmark=snakemake.wildcards.benchmark,
         protocol=snakemake.params.protocol,
         source=dict(snakemake.params.source),
         local_dir=snakemake.input.source or None,

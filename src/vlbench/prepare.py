@@ -9,12 +9,17 @@ from vlbench.config import source_kind
 from vlbench.errors import VlbenchError
 from vlbench.hub_layout import download_dataset, split_files
 from vlbench.prepare_paired import prepare_paired
+from vlbench.workflow import require_path
 
 PROTOCOLS = {"paired": prepare_paired}
 
 
 def prepare_benchmark(
-    protocol: str, source: dict[str, Any], local_dir: str | Path | None, out_dir: str | Path
+    benchmark: str,
+    protocol: str,
+    source: dict[str, Any],
+    local_dir: str | Path | None,
+    out_dir: str | Path,
 ) -> int:
     """Locate the source's split files (downloading pinned hub data if needed) and prepare them."""
     if protocol not in PROTOCOLS:
@@ -25,9 +30,8 @@ def prepare_benchmark(
         repo_dir = download_dataset(source["repo"], source["revision"], split, cache_dir=None)
         provenance = {"source": "hub", "repo": source["repo"], "revision": source["revision"]}
     else:
-        if local_dir is None:
-            raise VlbenchError(f"a {kind} source needs a local directory")
-        repo_dir = Path(local_dir)
+        where = f"benchmarks.{benchmark}.source.path"
+        repo_dir = require_path(local_dir or source.get("path", ""), where, directory=True)
         provenance = {"source": kind, "path": str(local_dir), "revision": None}
         if kind == "synthetic":
             provenance.update(source["synthetic"])

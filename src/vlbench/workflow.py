@@ -28,13 +28,21 @@ def model_spec_for_job(model_key: str, spec: Mapping[str, Any]) -> dict[str, Any
 
 
 def local_checkpoint(model_key: str, spec: Mapping[str, Any]) -> list[str]:
-    """The local weights file a model depends on, as a Snakemake input list."""
+    """The local weights file a model depends on, as a Snakemake input list.
+
+    A user-supplied file that does not exist is left out, so a dry run still plans; the
+    embedding job then fails naming it (see `missing_local_paths`).
+    """
     pretrained = model_spec_for_job(model_key, spec).get("pretrained")
-    return [pretrained] if pretrained and looks_like_path(pretrained) else []
+    if not pretrained or not looks_like_path(pretrained):
+        return []
+    if "random_init_seed" in spec or Path(pretrained).is_file():
+        return [pretrained]
+    return []
 
 
-def check_local_paths(config: Mapping[str, Any]) -> None:
-    """Fail at parse time, naming the key, when a local path in the config does not exist."""
+def check_model_keys(config: Mapping[str, Any]) -> None:
+    """Reject model entries whose keys contradict each other."""
     for key, spec in config["models"].items():
         if "random_init_seed" in spec and "pretrained" in spec:
             raise VlbenchError(
@@ -42,20 +50,31 @@ def check_local_paths(config: Mapping[str, Any]) -> None:
             )
         if "random_init_seed" in spec and "model_config" not in spec:
             raise VlbenchError(f"models.{key}: 'random_init_seed' needs a 'model_config'")
+
+
+def missing_local_paths(config: Mapping[str, Any]) -> list[str]:
+    """One line per local file or directory named in the config that does not exist."""
+    missing = []
+    for key, spec in config["models"].items():
         for field in ("model_config", "pretrained"):
             value = spec.get(field)
-            if (
-                value
-                and (field == "model_config" or looks_like_path(value))
-                and not Path(value).is_file()
-            ):
-                raise VlbenchError(f"models.{key}.{field}: file not found: {value}")
+            is_path = value and (field == "model_config" or looks_like_path(value))
+            if is_path and not Path(value).is_file():
+                missing.append(f"models.{key}.{field}: file not found: {value}")
     for key, spec in config["benchmarks"].items():
         source = spec["source"]
         if source_kind(source) == "path" and not Path(source["path"]).is_dir():
-            raise VlbenchError(
-                f"benchmarks.{key}.source.path: directory not found: {source['path']}"
-            )
+            missing.append(f"benchmarks.{key}.source.path: directory not found: {source['path']}")
+    return missing
+
+
+def require_path(path: str | Path, what: str, directory: bool = False) -> Path:
+    """Fail with a one-line error naming `what` when a local path is missing."""
+    path = Path(path)
+    if not (path.is_dir() if directory else path.is_file()):
+        kind = "directory" if directory else "file"
+        raise VlbenchError(f"{what}: {kind} not found: {path}")
+    return path
 
 
 @contextlib.contextmanager

@@ -3,10 +3,17 @@
 import re
 from pathlib import Path
 
+from snakemake.logging import logger
+
 from vlbench.config import source_kind, validate_config
 from vlbench.errors import VlbenchError
 from vlbench.retrieval import DIRECTIONS
-from vlbench.workflow import check_local_paths, local_checkpoint, model_spec_for_job
+from vlbench.workflow import (
+    check_model_keys,
+    local_checkpoint,
+    missing_local_paths,
+    model_spec_for_job,
+)
 
 # The default experiment applies only when no --configfile is given, so a user's config file
 # evaluates exactly its own models and benchmarks.
@@ -21,9 +28,13 @@ try:
         source=", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml",
         schema_path=workflow.source_path("../schemas/config.schema.yaml"),
     )
-    check_local_paths(_validated)
+    check_model_keys(_validated)
 except VlbenchError as error:
     raise WorkflowError(str(error)) from None
+# Missing user-supplied paths only warn here, so a dry run can plan a paper table before the
+# data is in place; the job that needs a missing path fails with the same one-line message.
+for _line in missing_local_paths(_validated):
+    logger.warning(f"vlbench warning: {_line}")
 config.clear()
 config.update(_validated)
 
@@ -58,7 +69,7 @@ def source_input(wildcards):
     if kind == "synthetic":
         return f"results/sources/{wildcards.benchmark}"
     if kind == "path":
-        return source["path"]
+        return [source["path"]] if Path(source["path"]).is_dir() else []
     return []
 
 
