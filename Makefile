@@ -17,8 +17,10 @@ $(STAMP): envs/requirements.txt envs/requirements-test.txt pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --report results/report.html
 	@echo
-	@echo "Tables: results/tables/metrics.csv and results/tables/*.md"
+	@echo "Tables: results/tables/ (metrics.csv, one Markdown table per benchmark, paper tables)"
+	@echo "Report: results/report.html"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -1,7 +1,7 @@
 """Rule build_index: a faiss IndexFlatIP over one gallery's embeddings."""
 
 from vlbench.index import build_flat_index
-from vlbench.workflow import rule_log
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     size = build_flat_index(snakemake.input.embeddings, snakemake.output.index)

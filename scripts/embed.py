@@ -1,28 +1,44 @@
-"""Rule embed: one modality of one benchmark through one model."""
+"""Rule embed_shard: one shard (a row range) of one modality of one benchmark through one model."""
 
 import os
 from pathlib import Path
 
-from vlbench.embed import run_embedding
-from vlbench.models import load_open_clip
-from vlbench.workflow import rule_log
+from vlbench.embed import EmbedSettings, model_record
+from vlbench.embed_shards import embed_shard, read_shard_plan
+from vlbench.models import load_model
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     spec = dict(snakemake.params.model)
-    model = load_open_clip(spec)
+    model = load_model(spec)
     log.info(
         "model %s on %s (CUDA_VISIBLE_DEVICES=%s)",
         spec["name"],
         model.device,
         os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
-    run_embedding(
+    start, stop = read_shard_plan(snakemake.input.plan)["shards"][snakemake.wildcards.shard]
+    settings = EmbedSettings.from_config(
+        snakemake.wildcards.benchmark,
+        snakemake.params.embedding,
+        pixel_cache_dir=snakemake.params.pixel_cache_dir,
+    )
+    record = embed_shard(
         model,
-        spec,
+        model_record(spec, model, settings.batch_size),
         snakemake.wildcards.modality,
         Path(snakemake.input.data),
-        snakemake.params.batch_size,
+        start,
+        stop,
+        settings,
         Path(snakemake.output.embeddings),
         Path(snakemake.output.ids),
         Path(snakemake.output.provenance),
+    )
+    log.info(
+        "rows %d-%d: %s items/s, pixel cache %s",
+        start,
+        stop,
+        record["items_per_second"],
+        record.get("pixel_cache", "n/a"),
     )

@@ -1,7 +1,7 @@
 """Rule init_random_checkpoint: seeded random weights of a custom architecture, as a checkpoint."""
 
 from vlbench.models import write_random_checkpoint
-from vlbench.workflow import rule_log
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     log.info("random weights for %s, seed %d", snakemake.params.name, snakemake.params.seed)

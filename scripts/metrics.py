@@ -1,24 +1,29 @@
-"""Rule metrics: Recall@k with 95% t-intervals from one direction's ranks."""
+"""Rule metrics: the protocol's metrics, intervals and chance levels from one direction's ranks."""
 
 import json
 
-import polars as pl
-
-from vlbench.atomic import atomic_path
-from vlbench.retrieval import recall_rows
-from vlbench.workflow import rule_log
+from vlbench.metrics_job import write_metrics
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     with open(snakemake.input.meta, encoding="utf-8") as handle:
-        subset = json.load(handle)["split"]
-    rows = recall_rows(
-        pl.read_parquet(snakemake.input.ranks),
-        snakemake.params.k,
-        benchmark=snakemake.wildcards.benchmark,
-        subset=subset,
-        model=snakemake.wildcards.model,
-        direction=snakemake.wildcards.direction,
+        meta = json.load(handle)
+    stats = dict(snakemake.params.stats)
+    notebook_names = stats.pop("notebook_columns", False)
+    rows = write_metrics(
+        snakemake.input.ranks,
+        protocol=snakemake.params.protocol,
+        ks=list(snakemake.params.k),
+        labels={
+            "benchmark": snakemake.wildcards.benchmark,
+            "subset": meta.get("subset") or meta["split"],
+            "model": snakemake.wildcards.model,
+            "direction": snakemake.wildcards.direction,
+        },
+        tie_policy=snakemake.params.tie_policy,
+        stats=stats,
+        metrics_path=snakemake.output.metrics,
+        outcomes_path=snakemake.output.outcomes,
+        notebook_names=notebook_names,
     )
-    with atomic_path(snakemake.output.metrics) as tmp:
-        rows.write_csv(tmp)
-    log.info("%d metric rows", rows.height)
+    log.info("%d metric rows", rows)

@@ -1,16 +1,23 @@
-"""Rule prepare_benchmark: a benchmark source -> canonical images/texts/qrels parquet."""
+"""Rule prepare_benchmark: a benchmark source -> canonical images/texts/qrels/candidates parquet."""
 
 from pathlib import Path
 
 from vlbench.prepare import prepare_benchmark
-from vlbench.workflow import rule_log
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
-    rows = prepare_benchmark(
+    meta = prepare_benchmark(
         benchmark=snakemake.wildcards.benchmark,
         protocol=snakemake.params.protocol,
         source=dict(snakemake.params.source),
-        local_dir=snakemake.input.source or None,
+        local_dir=snakemake.params.local_dir or None,
         out_dir=Path(snakemake.output.images).parent,
+        settings=dict(snakemake.params.settings),
     )
-    log.info("prepared %d pairs", rows)
+    log.info(
+        "prepared %d images, %d texts, %d judgements (%d images skipped)",
+        meta["n_images"],
+        meta["n_texts"],
+        meta["n_qrels"],
+        meta["n_skipped_images"],
+    )

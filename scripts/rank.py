@@ -1,16 +1,19 @@
 """Rule rank: exact ranks of every relevant gallery item for every query of one direction."""
 
+from pathlib import Path
+
 from vlbench.rank_job import rank_direction
-from vlbench.workflow import rule_log
+from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     pairs = rank_direction(
+        protocol=snakemake.params.protocol,
         direction=snakemake.wildcards.direction,
         queries_npy=snakemake.input.queries,
         query_ids_path=snakemake.input.query_ids,
         index_path=snakemake.input.index,
         gallery_ids_path=snakemake.input.gallery_ids,
-        qrels_path=snakemake.input.qrels,
+        data_dir=Path(snakemake.input.qrels).parent,
         out_path=snakemake.output.ranks,
         tie_policy=snakemake.params.tie_policy,
         block_mb=snakemake.params.block_mb,

@@ -1,10 +1,15 @@
-"""Rule tables: results/tables/metrics.csv and one Markdown table per benchmark."""
+"""Rule tables: results/tables/metrics.csv, metrics_full.csv and a Markdown table per benchmark."""
 
 from pathlib import Path
 
+from vlbench.rule_log import rule_log
 from vlbench.tables import write_tables
-from vlbench.workflow import rule_log
 
 with rule_log(snakemake.log[0]) as log:
-    write_tables(snakemake.input.metrics, snakemake.output.csv, Path(snakemake.output.csv).parent)
-    log.info("wrote %s", snakemake.output.csv)
+    write_tables(
+        snakemake.input.metrics,
+        snakemake.output.csv,
+        Path(snakemake.output.csv).parent,
+        full_csv=snakemake.output.full,
+    )
+    log.info("wrote %s and %s", snakemake.output.csv, snakemake.output.full)

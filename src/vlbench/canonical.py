@@ -25,7 +25,14 @@ Protocols use these as follows:
 
 - ``candidates.parquet`` (only for protocols that restrict a query's gallery):
   ``query_modality`` ("image" or "text"), ``query_id``, ``candidate_ids`` (list of gallery ids,
-  ordered), ``candidate_groups`` (list of groups in the reference tie-break order, or null)
+  ordered), ``candidate_groups`` (list of groups in the reference tie-break order, or null).
+  The prepare step writes it for every benchmark; zero rows means no query is restricted.
+
+- In ``paired`` / ``multi_positive``, an item with no judgement at all is a distractor: it sits
+  in the gallery but is not scored as a query (the large-pool Flickr30k/COCO setting, where the
+  gallery is train+val+test and only the test items are judged).
+- ``benchmark.json`` also records ``subset`` (the split when a source has no subsets),
+  ``n_source_images`` and the ``skipped_images`` left out under ``image_policy: skip``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,14 @@ IMAGES_SCHEMA = pa.schema(
 TEXTS_SCHEMA = pa.schema([("text_id", pa.string()), ("text", pa.string()), ("group", pa.string())])
 QRELS_SCHEMA = pa.schema(
     [("image_id", pa.string()), ("text_id", pa.string()), ("relevance", pa.int32())]
+)
+CANDIDATES_SCHEMA = pa.schema(
+    [
+        ("query_modality", pa.string()),
+        ("query_id", pa.string()),
+        ("candidate_ids", pa.list_(pa.string())),
+        ("candidate_groups", pa.list_(pa.string())),
+    ]
 )
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
 ID_COLUMNS = {"image": "image_id", "text": "text_id"}
@@ -78,3 +93,8 @@ def read_ids(path: str | Path, modality: str) -> np.ndarray:
 def read_qrels(path: str | Path) -> pa.Table:
     """The relevance judgements of a prepared benchmark."""
     return read_table(path, QRELS_SCHEMA)
+
+
+def read_candidates(path: str | Path) -> pa.Table:
+    """Each restricted query's ordered candidate list (zero rows: no query is restricted)."""
+    return read_table(path, CANDIDATES_SCHEMA)

@@ -1,149 +1,115 @@
-"""Turn a prepared benchmark's images or texts into an L2-normalised float32 embedding matrix."""
+"""Embedding matrices: read them back, describe what made them, and embed a modality by shards.
+
+The engine lives in small modules: `embed_loader` (row-group streaming through a DataLoader),
+`image_transform` (geometric vs per-model steps), `pixel_cache` (decode once per geometry) and
+`embed_shards` (one shard, the shard plan, the gather). Workflow rules run one shard per job;
+`embed_modality_sharded` runs them in one process with the same files and resume behaviour.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import os
 import platform
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from PIL import Image
-from tqdm import tqdm
 
-from vlbench.atomic import atomic_path, write_text
-from vlbench.canonical import ID_COLUMNS
+from vlbench.embed_loader import decode_image
+from vlbench.embed_shards import (
+    EmbedSettings,
+    embed_shard,
+    gather_shards,
+    shard_name,
+    shard_ranges,
+)
 from vlbench.errors import VlbenchError
-from vlbench.models import EmbeddingModel
+from vlbench.models import EmbeddingModel, model_provenance
+from vlbench.models.checkpoints import file_sha256
 
-IDS_SCHEMA = pa.schema([("id", pa.string())])
-
-
-def decode_image(data: bytes, image_id: str, source: Path) -> Image.Image:
-    """Decode encoded bytes to an RGB PIL image, as the reference scripts do (`.convert('RGB')`)."""
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            return image.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise VlbenchError(f"{source}: image {image_id!r} cannot be decoded ({exc})") from exc
-
-
-def _batches(path: Path, columns: list[str], batch_size: int) -> Iterator[pa.RecordBatch]:
-    yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
-
-
-def embed_modality(
-    model: EmbeddingModel, modality: str, source: Path, batch_size: int
-) -> tuple[list[str], np.ndarray]:
-    """Embed every row of a canonical images/texts parquet, in file order, batch by batch."""
-    id_column = ID_COLUMNS[modality]
-    value_column = "image" if modality == "image" else "text"
-    total = pq.ParquetFile(source).metadata.num_rows
-    ids: list[str] = []
-    chunks: list[np.ndarray] = []
-    with tqdm(total=total, desc=f"embed {modality}s", unit=modality, mininterval=5) as progress:
-        for batch in _batches(source, [id_column, value_column], batch_size):
-            batch_ids = batch.column(id_column).to_pylist()
-            values = batch.column(value_column).to_pylist()
-            if modality == "image":
-                pixels = torch.stack(
-                    [
-                        model.preprocess(decode_image(data, image_id, source))
-                        for image_id, data in zip(batch_ids, values, strict=True)
-                    ]
-                )
-                chunks.append(model.encode_images(pixels))
-            else:
-                chunks.append(model.encode_texts(values))
-            ids.extend(batch_ids)
-            progress.update(len(batch_ids))
-    if not ids:
-        raise VlbenchError(f"{source}: no rows to embed")
-    return ids, np.concatenate(chunks)
-
-
-def save_embeddings(ids: list[str], embeddings: np.ndarray, npy_path: Path, ids_path: Path) -> None:
-    """Write the matrix and its ids, each atomically."""
-    with atomic_path(ids_path) as tmp:
-        pq.write_table(pa.table([ids], schema=IDS_SCHEMA), tmp)
-    with atomic_path(npy_path) as tmp, open(tmp, "wb") as handle:
-        np.save(handle, embeddings, allow_pickle=False)
+__all__ = [
+    "EmbedSettings",
+    "decode_image",
+    "embed_modality_sharded",
+    "file_sha256",
+    "load_embeddings",
+    "model_record",
+]
 
 
 def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a matrix and its ids; check they agree in length."""
+    """Read a matrix (stored float32 or float16, returned float32) and its ids; check lengths."""
     matrix = np.load(npy_path, allow_pickle=False)
     ids = np.asarray(pq.read_table(ids_path).column("id").to_pylist(), dtype=object)
     if matrix.ndim != 2 or matrix.shape[0] != len(ids):
         raise VlbenchError(
             f"{npy_path}: {matrix.shape} rows do not match the {len(ids)} ids in {ids_path}"
         )
-    return matrix, ids
+    return matrix.astype(np.float32, copy=False), ids
 
 
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def provenance(
-    model_spec: dict[str, Any], model: EmbeddingModel, batch_size: int, seconds: float, rows: int
+def model_record(
+    model_spec: dict[str, Any], model: EmbeddingModel, batch_size: int | None = None
 ) -> dict[str, Any]:
-    """What produced an embedding matrix: weights, libraries, device, precision, timing."""
+    """What produced an embedding: spec, weights, libraries, device, precision, host."""
     import open_clip
 
     pretrained = model_spec.get("pretrained")
     weights = file_sha256(pretrained) if pretrained and Path(pretrained).is_file() else None
+    record = model_provenance(model, batch_size)
+    versions = {
+        **record.pop("versions", {}),
+        "torch": torch.__version__,
+        "open_clip": open_clip.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
     return {
+        **record,
         "model": model_spec,
         "weights_sha256": weights,
-        "device": str(model.device),
         "device_name": torch.cuda.get_device_name(model.device)
         if model.device.type == "cuda"
         else platform.processor() or platform.machine(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "host": platform.node(),
-        "precision": model.precision,
-        "batch_size": batch_size,
-        "rows": rows,
-        "seconds": round(seconds, 3),
-        "items_per_second": round(rows / seconds, 2) if seconds > 0 else None,
-        "versions": {
-            "torch": torch.__version__,
-            "open_clip": open_clip.__version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": versions,
     }
 
 
-def run_embedding(
+def embed_modality_sharded(
     model: EmbeddingModel,
     model_spec: dict[str, Any],
     modality: str,
     source: Path,
-    batch_size: int,
-    out_npy: Path,
-    out_ids: Path,
-    out_provenance: Path,
-) -> None:
-    """Embed, save, and record provenance for one (model, benchmark, modality)."""
-    start = time.perf_counter()
-    ids, embeddings = embed_modality(model, modality, source, batch_size)
-    seconds = time.perf_counter() - start
-    save_embeddings(ids, embeddings, out_npy, out_ids)
-    record = provenance(model_spec, model, batch_size, seconds, len(ids))
-    write_text(out_provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    settings: EmbedSettings,
+    shard_size: int,
+    out_dir: Path,
+) -> Path:
+    """Embed every shard missing under `out_dir/<modality>/`, then gather `<modality>.npy`.
+
+    Same files as the workflow writes; shards already complete are not recomputed.
+    """
+    rows = pq.ParquetFile(source).metadata.num_rows
+    record = model_record(model_spec, model, settings.batch_size)
+    shard_dir = Path(out_dir) / modality
+    paths = []
+    for index, (start, stop) in enumerate(shard_ranges(rows, shard_size)):
+        stem = shard_dir / shard_name(index)
+        npy, ids, prov = (stem.with_suffix(s) for s in (".npy", ".ids.parquet", ".json"))
+        if not (npy.is_file() and ids.is_file() and prov.is_file()):
+            embed_shard(model, record, modality, source, start, stop, settings, npy, ids, prov)
+        paths.append((npy, ids, prov))
+    out = Path(out_dir) / f"{modality}.npy"
+    gather_shards(
+        [p[0] for p in paths],
+        [p[1] for p in paths],
+        [p[2] for p in paths],
+        out,
+        Path(out_dir) / f"{modality}.ids.parquet",
+        Path(out_dir) / f"{modality}.json",
+    )
+    return out

@@ -1,4 +1,7 @@
-"""Find and fetch the parquet files of a split in a Hugging Face dataset repository layout."""
+"""Find the parquet files of a split in a Hugging Face dataset repository layout.
+
+Downloads live in vlbench.sources.download (pinned, retried, verified).
+"""
 
 from __future__ import annotations
 
@@ -63,36 +66,3 @@ def split_files(repo_dir: str | Path, split: str, config_name: str = "default") 
             f"(looked for {', '.join(patterns)})"
         )
     return files
-
-
-def download_dataset(
-    repo: str, revision: str, split: str, cache_dir: str | Path, config_name: str = "default"
-) -> Path:
-    """Download the card and one split of a hub dataset pinned to a revision; return its folder."""
-    from huggingface_hub import hf_hub_download, snapshot_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    try:
-        readme = hf_hub_download(
-            repo, "README.md", repo_type="dataset", revision=revision, cache_dir=cache_dir
-        )
-        repo_dir = Path(readme).parent
-        patterns = split_patterns(repo_dir, split, config_name)
-        snapshot = snapshot_download(
-            repo,
-            repo_type="dataset",
-            revision=revision,
-            cache_dir=cache_dir,
-            allow_patterns=["README.md", *patterns],
-        )
-    except RevisionNotFoundError as exc:
-        raise VlbenchError(f"dataset {repo}: revision {revision} does not exist") from exc
-    except RepositoryNotFoundError as exc:
-        raise VlbenchError(f"dataset {repo}: repository not found (or not public)") from exc
-    except EntryNotFoundError as exc:
-        raise VlbenchError(f"dataset {repo}@{revision}: README.md not found") from exc
-    return Path(snapshot)

@@ -7,11 +7,26 @@ from typing import Any
 
 from vlbench.config import source_kind
 from vlbench.errors import VlbenchError
-from vlbench.hub_layout import download_dataset, split_files
-from vlbench.prepare_paired import prepare_paired
+from vlbench.sources import source_format
+from vlbench.sources.download import fetch_snapshot
+from vlbench.sources.writer import write_canonical
 from vlbench.workflow import require_path
 
-PROTOCOLS = {"paired": prepare_paired}
+PROTOCOLS = ("paired", "multi_positive", "taxon_candidates", "zeroshot", "rerank")
+LAYOUT_KEYS = ("format", "config", "subset", "annotations", "images", "archive", "image_name")
+
+
+def _provenance(source: dict[str, Any], kind: str, root: Path) -> dict[str, Any]:
+    split = source.get("split", "test")
+    meta: dict[str, Any] = {"source": kind, "split": split, "subset": source.get("subset", split)}
+    if kind == "hub":
+        meta.update(repo=source["repo"], revision=source["revision"])
+    else:
+        meta.update(path=str(root), revision=None)
+    if kind == "synthetic":
+        meta.update(source["synthetic"])
+    meta.update({key: source[key] for key in LAYOUT_KEYS if key in source and key != "subset"})
+    return meta
 
 
 def prepare_benchmark(
@@ -20,21 +35,40 @@ def prepare_benchmark(
     source: dict[str, Any],
     local_dir: str | Path | None,
     out_dir: str | Path,
-) -> int:
-    """Locate the source's split files (downloading pinned hub data if needed) and prepare them."""
+    settings: dict[str, Any] | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Locate the source (downloading pinned hub files if needed), read, validate and write it.
+
+    `settings` are the benchmark's protocol options (text_type, templates, prompt_prefix,
+    image_policy). Returns the benchmark.json content.
+    """
+    settings = settings or {}
     if protocol not in PROTOCOLS:
         raise VlbenchError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
-    split = source.get("split", "test")
+    where = f"benchmarks.{benchmark}.source"
+    name, layout = source_format(protocol, source, where)
     kind = source_kind(source)
     if kind == "hub":
-        repo_dir = download_dataset(source["repo"], source["revision"], split, cache_dir=None)
-        provenance = {"source": "hub", "repo": source["repo"], "revision": source["revision"]}
+        if layout.hub_patterns is None:
+            raise VlbenchError(f"{where}: format {name!r} is read from a local path, not the hub")
+        root = fetch_snapshot(
+            source["repo"],
+            source["revision"],
+            layout.hub_patterns(source),
+            cache_dir=cache_dir,
+            verify=source.get("verify", True),
+            where=f"{where}.revision",
+        )
     else:
-        where = f"benchmarks.{benchmark}.source.path"
-        repo_dir = require_path(local_dir or source.get("path", ""), where, directory=True)
-        provenance = {"source": kind, "path": str(local_dir), "revision": None}
-        if kind == "synthetic":
-            provenance.update(source["synthetic"])
-    files = split_files(repo_dir, split)
-    provenance.update({"split": split, "files": [path.name for path in files]})
-    return PROTOCOLS[protocol](files, out_dir, provenance)
+        root = require_path(local_dir or source.get("path", ""), f"{where}.path", directory=True)
+    data = layout.load(root, source, settings, where)
+    return write_canonical(
+        data,
+        protocol,
+        out_dir,
+        _provenance({**source, "format": name}, kind, root),
+        image_policy=settings.get("image_policy", "fail"),
+        expected=source.get("expected"),
+        where=f"benchmarks.{benchmark}",
+    )

@@ -1,9 +1,15 @@
-"""Confidence intervals over per-query outcome vectors."""
+"""Confidence intervals, bootstraps and paired tests over per-query outcome vectors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 from scipy import stats
+
+# Resamples drawn at once, so memory stays at _CHUNK x n_queries values.
+_CHUNK = 64
 
 
 def t_interval(outcomes: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -21,3 +27,99 @@ def t_interval(outcomes: np.ndarray, confidence: float = 0.95) -> tuple[float, f
         return mean, mean
     low, high = stats.t.interval(confidence, len(values) - 1, loc=mean, scale=sem)
     return float(low), float(high)
+
+
+def _resampled(
+    values: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], samples: int, seed: int
+) -> np.ndarray:
+    """`statistic` (applied along axis 1) of `samples` bootstrap resamples of `values`."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(samples)
+    for start in range(0, samples, _CHUNK):
+        stop = min(start + _CHUNK, samples)
+        picks = rng.integers(0, len(values), size=(stop - start, len(values)))
+        out[start:stop] = statistic(values[picks])
+    return out
+
+
+def _mean(matrix: np.ndarray) -> np.ndarray:
+    return matrix.mean(axis=1)
+
+
+def _median(matrix: np.ndarray) -> np.ndarray:
+    return np.median(matrix, axis=1)
+
+
+STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": _mean, "median": _median}
+
+
+def bootstrap_interval(
+    outcomes: np.ndarray,
+    samples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    statistic: str = "mean",
+) -> tuple[float, float]:
+    """Seeded percentile bootstrap interval of the mean (or median) of the outcomes."""
+    values = np.asarray(outcomes, dtype=np.float64)
+    if len(values) < 2 or samples < 1:
+        point = float(STATISTICS[statistic](values[None, :])[0])
+        return point, point
+    draws = _resampled(values, STATISTICS[statistic], samples, seed)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Model A minus model B on the same queries."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    n_queries: int
+
+
+def paired_test(
+    outcomes_a: np.ndarray,
+    outcomes_b: np.ndarray,
+    bootstrap_samples: int = 1000,
+    permutation_samples: int = 10000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> PairedTest:
+    """Paired comparison of two models' per-query outcomes (same queries, same order).
+
+    The interval is a paired percentile bootstrap of the mean difference; the two-sided p-value
+    is a seeded sign-flip permutation test, (1 + #|permuted mean| >= |observed|) / (1 + samples).
+    """
+    a = np.asarray(outcomes_a, dtype=np.float64)
+    b = np.asarray(outcomes_b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired outcomes differ in length: {a.shape} vs {b.shape}")
+    diff = a - b
+    observed = float(diff.mean())
+    low, high = bootstrap_interval(diff, bootstrap_samples, seed, confidence)
+    if not np.any(diff):
+        return PairedTest(observed, low, high, 1.0, len(diff))
+    rng = np.random.default_rng(seed + 1)
+    extreme = 0
+    tolerance = 1e-12 * max(1.0, abs(observed))
+    for start in range(0, permutation_samples, _CHUNK):
+        stop = min(start + _CHUNK, permutation_samples)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(stop - start, len(diff)))
+        permuted = np.abs((signs * diff).mean(axis=1))
+        extreme += int(np.count_nonzero(permuted >= abs(observed) - tolerance))
+    p_value = (1 + extreme) / (1 + permutation_samples)
+    return PairedTest(observed, low, high, p_value, len(diff))
+
+
+def indistinguishable_from_chance(
+    ci_low: float, ci_high: float, chance: float | None, higher_is_better: bool = True
+) -> bool | None:
+    """True when the interval does not lie strictly on the better side of the chance level."""
+    if chance is None or not np.isfinite(chance):
+        return None
+    return bool(ci_low <= chance) if higher_is_better else bool(ci_high >= chance)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
 from vlbench.errors import VlbenchError
-from vlbench.models import looks_like_path
+from vlbench.models import local_paths, looks_like_path, unpinned
+from vlbench.sources.spec import missing_source_files, unpinned_sources
 
 
 def random_checkpoint_path(model_key: str) -> str:
@@ -56,16 +54,16 @@ def missing_local_paths(config: Mapping[str, Any]) -> list[str]:
     """One line per local file or directory named in the config that does not exist."""
     missing = []
     for key, spec in config["models"].items():
-        for field in ("model_config", "pretrained"):
-            value = spec.get(field)
-            is_path = value and (field == "model_config" or looks_like_path(value))
-            if is_path and not Path(value).is_file():
-                missing.append(f"models.{key}.{field}: file not found: {value}")
+        for field, value, is_dir in local_paths(spec):
+            if not (Path(value).is_dir() if is_dir else Path(value).is_file()):
+                kind = "directory" if is_dir else "file"
+                missing.append(f"models.{key}.{field}: {kind} not found: {value}")
+        missing.extend(f"models.{key}: {line}" for line in unpinned(spec))
     for key, spec in config["benchmarks"].items():
         source = spec["source"]
         if source_kind(source) == "path" and not Path(source["path"]).is_dir():
             missing.append(f"benchmarks.{key}.source.path: directory not found: {source['path']}")
-    return missing
+    return missing + missing_source_files(config) + unpinned_sources(config)
 
 
 def require_path(path: str | Path, what: str, directory: bool = False) -> Path:
@@ -75,27 +73,3 @@ def require_path(path: str | Path, what: str, directory: bool = False) -> Path:
         kind = "directory" if directory else "file"
         raise VlbenchError(f"{what}: {kind} not found: {path}")
     return path
-
-
-@contextlib.contextmanager
-def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
-    """Send stderr (progress bars, warnings, tracebacks) and a logger to the rule's log file."""
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", encoding="utf-8", buffering=1) as handle:
-        old_stderr = sys.stderr
-        sys.stderr = handle
-        logger = logging.getLogger("vlbench")
-        log_handler = logging.StreamHandler(handle)
-        log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(log_handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-        try:
-            yield logger
-        except VlbenchError as error:
-            handle.write(f"ERROR: {error}\n")
-            old_stderr.write(f"vlbench error: {error}\n")
-            raise SystemExit(1) from None
-        finally:
-            logger.removeHandler(log_handler)
-            sys.stderr = old_stderr

@@ -6,8 +6,10 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from vlbench.config import source_kind, validate_config
+from vlbench.embed_shards import read_shard_plan
 from vlbench.errors import VlbenchError
 from vlbench.retrieval import DIRECTIONS
+from vlbench.targets import metrics_extra_targets
 from vlbench.workflow import (
     check_model_keys,
     local_checkpoint,
@@ -42,6 +44,10 @@ MODELS = sorted(config["models"])
 BENCHMARKS = sorted(config["benchmarks"])
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
 
+# On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
+# host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
+localrules: all, plan_shards, metrics, per_class, paired_tests, tables, benchmark_table, paper_table, plot_benchmark, provenance
+
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
@@ -51,9 +57,12 @@ wildcard_constraints:
 
 
 def all_targets():
-    """The final targets: the long metrics table and one Markdown table per benchmark."""
-    return ["results/tables/metrics.csv"] + expand(
-        "results/tables/{benchmark}.md", benchmark=BENCHMARKS
+    """The final targets: metrics tables, per-class tables, paired tests, paper tables, plots."""
+    return (
+        ["results/tables/metrics.csv"]
+        + expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS)
+        + metrics_extra_targets(config)
+        + TABLE_TARGETS
     )
 
 
@@ -81,3 +90,22 @@ def checkpoint_input(wildcards):
 def query_and_gallery(wildcards):
     """Query and gallery modality of a direction."""
     return DIRECTIONS[wildcards.direction]
+
+
+# Embedding shards (workflow/rules/embed.smk): pixel cache location and the gather's inputs.
+PIXEL_CACHE_DIR = "results/pixels"
+
+
+def embedding_shards(wildcards):
+    """The shard files and shard timings a gathered matrix is made of (after the shard plan)."""
+    plan = checkpoints.plan_shards.get(
+        benchmark=wildcards.benchmark, modality=wildcards.modality
+    ).output.plan
+    names = sorted(read_shard_plan(plan)["shards"])
+    stem = f"{wildcards.model}/{wildcards.benchmark}/{wildcards.modality}"
+    return {
+        "embeddings": [f"results/embeddings/{stem}/{name}.npy" for name in names],
+        "ids": [f"results/embeddings/{stem}/{name}.ids.parquet" for name in names],
+        "provenance": [f"results/embeddings/{stem}/{name}.json" for name in names],
+        "timings": [f"results/timings/embed_shard/{stem}/{name}.tsv" for name in names],
+    }

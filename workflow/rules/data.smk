@@ -1,4 +1,6 @@
-# Stage 1: benchmark sources -> canonical parquet (images, texts, relevance judgements).
+# Stage 1: benchmark sources -> canonical parquet (images, texts, judgements, candidate lists).
+
+from vlbench.sources.spec import local_root, protocol_settings
 
 
 rule write_synthetic_source:
@@ -22,10 +24,13 @@ rule prepare_benchmark:
         images="results/data/{benchmark}/images.parquet",
         texts="results/data/{benchmark}/texts.parquet",
         qrels="results/data/{benchmark}/qrels.parquet",
+        candidates="results/data/{benchmark}/candidates.parquet",
         meta="results/data/{benchmark}/benchmark.json",
     params:
         source=benchmark_source,
         protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
+        settings=lambda wildcards: protocol_settings(config["benchmarks"][wildcards.benchmark]),
+        local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
     conda:
         "../../envs/vlbench.yaml"
     log:

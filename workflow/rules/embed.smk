@@ -1,4 +1,8 @@
-# Stage 2: per (model, benchmark, modality) -> L2-normalised float32 embeddings plus their ids.
+# Stage 2: per (model, benchmark, modality) -> L2-normalised embeddings plus their ids.
+# Each modality is cut into row-range shards (plan_shards); every shard is an independent job
+# (embed_shard, one GPU each); gather_embeddings concatenates them into the final matrix.
+# Decoded, resized and cropped images are cached once per (benchmark, geometric transform)
+# under results/pixels/ and reused by every model that shares the transform.
 
 
 rule init_random_checkpoint:
@@ -16,27 +20,63 @@ rule init_random_checkpoint:
         "../../scripts/init_random_checkpoint.py"
 
 
-rule embed:
+checkpoint plan_shards:
     input:
         data=lambda wildcards: f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}",
+    output:
+        plan="results/shards/{benchmark}/{modality}.json",
+    params:
+        shard_size=config["embedding"]["shard_size"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/plan_shards/{benchmark}/{modality}.log",
+    script:
+        "../../scripts/plan_shards.py"
+
+
+rule embed_shard:
+    input:
+        data=lambda wildcards: f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}",
+        plan="results/shards/{benchmark}/{modality}.json",
         weights=checkpoint_input,
     output:
-        embeddings="results/embeddings/{model}/{benchmark}/{modality}.npy",
-        ids="results/embeddings/{model}/{benchmark}/{modality}.ids.parquet",
-        provenance="results/embeddings/{model}/{benchmark}/{modality}.json",
+        embeddings="results/embeddings/{model}/{benchmark}/{modality}/{shard}.npy",
+        ids="results/embeddings/{model}/{benchmark}/{modality}/{shard}.ids.parquet",
+        provenance="results/embeddings/{model}/{benchmark}/{modality}/{shard}.json",
+    wildcard_constraints:
+        shard="shard-[0-9]{5}",
     params:
         model=lambda wildcards: model_spec_for_job(
             wildcards.model, config["models"][wildcards.model]
         ),
-        batch_size=config["embedding"]["batch_size"],
+        embedding=config["embedding"],
+        pixel_cache_dir=PIXEL_CACHE_DIR,
     threads: 2
     resources:
         gpu=1,
     conda:
         "../../envs/vlbench.yaml"
     log:
-        "logs/embed/{model}/{benchmark}/{modality}.log",
+        "logs/embed_shard/{model}/{benchmark}/{modality}/{shard}.log",
     benchmark:
-        "results/timings/embed/{model}/{benchmark}/{modality}.tsv"
+        "results/timings/embed_shard/{model}/{benchmark}/{modality}/{shard}.tsv"
     script:
         "../../scripts/embed.py"
+
+
+rule gather_embeddings:
+    input:
+        unpack(embedding_shards),
+    output:
+        embeddings="results/embeddings/{model}/{benchmark}/{modality}.npy",
+        ids="results/embeddings/{model}/{benchmark}/{modality}.ids.parquet",
+        provenance="results/embeddings/{model}/{benchmark}/{modality}.json",
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/gather_embeddings/{model}/{benchmark}/{modality}.log",
+    benchmark:
+        "results/timings/gather_embeddings/{model}/{benchmark}/{modality}.tsv"
+    script:
+        "../../scripts/gather_embeddings.py"

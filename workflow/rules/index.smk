@@ -10,5 +10,7 @@ rule build_index:
         "../../envs/vlbench.yaml"
     log:
         "logs/build_index/{model}/{benchmark}/{modality}.log",
+    benchmark:
+        "results/timings/build_index/{model}/{benchmark}/{modality}.tsv"
     script:
         "../../scripts/build_index.py"

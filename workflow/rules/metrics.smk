@@ -1,4 +1,7 @@
-# Stages 4 and 5: exact per-query ranks of every relevant item, then metrics per direction.
+# Stages 4 and 5: exact per-query ranks of every relevant item, then metrics per direction,
+# the zero-shot per-class table and paired tests between models.
+
+from vlbench.targets import metric_files, outcome_files
 
 
 rule rank:
@@ -11,12 +14,18 @@ rule rank:
         % query_and_gallery(wildcards)[1],
         gallery_ids=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.ids.parquet"
         % query_and_gallery(wildcards)[1],
+        images="results/data/{benchmark}/images.parquet",
+        texts="results/data/{benchmark}/texts.parquet",
         qrels="results/data/{benchmark}/qrels.parquet",
+        candidates="results/data/{benchmark}/candidates.parquet",
     output:
         ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
     params:
+        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
         tie_policy=config["ranking"]["tie_policy"],
         block_mb=config["ranking"]["block_mb"],
+    resources:
+        mem_mb=lambda wildcards: config["ranking"]["block_mb"] + 1024,
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -33,11 +42,44 @@ rule metrics:
         meta="results/data/{benchmark}/benchmark.json",
     output:
         metrics="results/metrics/{model}/{benchmark}/{direction}.csv",
+        outcomes="results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet",
     params:
+        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
         k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
+        tie_policy=config["ranking"]["tie_policy"],
+        stats=config["metrics"],
     conda:
         "../../envs/vlbench.yaml"
     log:
         "logs/metrics/{model}/{benchmark}/{direction}.log",
     script:
         "../../scripts/metrics.py"
+
+
+rule per_class:
+    input:
+        ranks="results/ranks/{model}/{benchmark}/image_to_text.parquet",
+        meta="results/data/{benchmark}/benchmark.json",
+    output:
+        per_class="results/metrics/{model}/{benchmark}/per_class.csv",
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/per_class/{model}/{benchmark}.log",
+    script:
+        "../../scripts/per_class.py"
+
+
+rule paired_tests:
+    input:
+        outcomes=outcome_files(config),
+    output:
+        csv="results/tables/paired_tests.csv",
+    params:
+        stats=config["metrics"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/paired_tests/paired_tests.log",
+    script:
+        "../../scripts/paired_tests.py"

@@ -1,0 +1,464 @@
+"""Embedding-engine benchmark: throughput, end-to-end vs clip_benchmark, peak memory, storage.
+
+Everything in one run, on synthetic photo-like JPEGs (default 1600 x 1300, quality 90):
+
+a) pipeline images/s (decode + preprocess + forward) vs model-only forward on pre-decoded
+   tensors, same model and batch size; also the warm pixel-cache pipeline and draft decoding;
+b) end-to-end wall time of the vlbench workflow for 3 random-weight models sharing a 224 px
+   transform (ViT-B-32, ViT-B-16, ViT-S-32, saved as open_clip checkpoints) vs 3
+   `clip_benchmark eval` runs on a local webdataset of the same pairs; Recall@k must match;
+c) peak RSS of the embedding step at two dataset sizes;
+d) float16 storage and draft decoding: their effect on Recall@k.
+
+    .venv/bin/python benchmarks/embed.py --pairs 2000 --rss-sizes 2000 20000
+
+Writes `<workdir>/results.json` and prints a Markdown summary for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import open_clip
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from PIL import Image
+
+from vlbench.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
+from vlbench.embed import embed_modality_sharded, load_embeddings
+from vlbench.embed_shards import EmbedSettings, embed_rows
+from vlbench.models import load_open_clip
+from vlbench.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+MODELS = {"vit-b-32": "ViT-B-32", "vit-b-16": "ViT-B-16", "vit-s-32": "ViT-S-32"}
+K = (1, 5, 10)
+
+
+def machine() -> dict[str, Any]:
+    """CPU, cores, memory and load at the time of the run."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kb / 2**20, 1),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg": os.getloadavg(),
+        "torch": torch.__version__,
+        "open_clip": open_clip.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def photo_jpeg(seed: int, width: int, height: int, quality: int = 90) -> bytes:
+    """A unique photo-like JPEG: smooth colour fields, a few blobs and sensor-like noise."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(0, 256, (max(height // 60, 2), max(width // 60, 2), 3), np.uint8)
+    base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), np.int16)
+    noise = rng.integers(-8, 9, (height // 2, width // 2, 3), dtype=np.int16)
+    noisy = base + noise.repeat(2, axis=0).repeat(2, axis=1)[:height, :width]
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(
+        buffer, format="JPEG", quality=quality
+    )
+    return buffer.getvalue()
+
+
+def make_pairs(pairs: int, width: int, height: int, seed: int = 0) -> tuple[list, list[str]]:
+    """Unique JPEGs and captions (captions made unique by their row number)."""
+    rng = np.random.default_rng(seed)
+    images = [photo_jpeg(seed * 1_000_003 + row, width, height) for row in range(pairs)]
+    captions = [f"{make_caption(rng)} (slide {row})" for row in range(pairs)]
+    return images, captions
+
+
+def write_hub_source(directory: Path, images: list[bytes], captions: list[str]) -> None:
+    """The pairs as a local source in the BioMedFlickr hub layout."""
+    rows = len(images)
+    keys = [f"{row:06d}" for row in range(rows)]
+    columns = {
+        "image": [{"bytes": b, "path": f"{k}.jpg"} for b, k in zip(images, keys, strict=True)],
+        "caption": captions,
+        "caption_raw": captions,
+        "title": keys,
+        "key": keys,
+        "date_uploaded": keys,
+        "flickr_id": keys,
+        "url": [f"https://example.invalid/{k}.jpg" for k in keys],
+        "nsid": keys,
+        "category": ["bench"] * rows,
+        "tags": [["bench"]] * rows,
+        "width": [0] * rows,
+        "height": [0] * rows,
+    }
+    (directory / "data").mkdir(parents=True, exist_ok=True)
+    (directory / "README.md").write_text(README.format(split="test", rows=rows, seed=0))
+    table = pa.Table.from_pydict(columns, schema=BIOMEDFLICKR_SCHEMA)
+    pq.write_table(table, directory / "data" / "test-00000-of-00001.parquet", row_group_size=256)
+
+
+def write_webdataset(directory: Path, images: list[bytes], captions: list[str]) -> None:
+    """The same pairs as a clip_benchmark retrieval webdataset (one tar shard)."""
+    (directory / "test").mkdir(parents=True, exist_ok=True)
+    (directory / "dataset_type.txt").write_text("retrieval\n")
+    (directory / "test" / "nshards.txt").write_text("1\n")
+    with tarfile.open(directory / "test" / "0.tar", "w") as tar:
+        for row, (data, caption) in enumerate(zip(images, captions, strict=True)):
+            for suffix, payload in (("jpg", data), ("txt", caption.encode())):
+                info = tarfile.TarInfo(f"{row:06d}.{suffix}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+
+
+def write_canonical(directory: Path, images: list[bytes], captions: list[str]) -> None:
+    """The pairs directly in the canonical layout (for in-process measurements)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = [str(row) for row in range(len(images))]
+    nulls = pa.nulls(len(ids), pa.string())
+    pq.write_table(
+        pa.table([ids, images, nulls], schema=IMAGES_SCHEMA),
+        directory / "images.parquet",
+        row_group_size=256,
+    )
+    pq.write_table(
+        pa.table([ids, captions, nulls], schema=TEXTS_SCHEMA),
+        directory / "texts.parquet",
+        row_group_size=256,
+    )
+
+
+def save_checkpoints(directory: Path) -> dict[str, Path]:
+    """Seeded random weights of each model, saved as open_clip state dicts."""
+    paths = {}
+    directory.mkdir(parents=True, exist_ok=True)
+    for seed, (key, name) in enumerate(MODELS.items()):
+        path = directory / f"{key}.pt"
+        if not path.is_file():
+            torch.manual_seed(seed)
+            model = open_clip.create_model(name, pretrained=None, device="cpu")
+            torch.save(model.state_dict(), path)
+        paths[key] = path
+    return paths
+
+
+def hit_rate(queries: np.ndarray, gallery: np.ndarray, k: int) -> float:
+    """Recall@k (hit rate) for 1-to-1 pairs: row i of queries pairs row i of the gallery."""
+    scores = queries.astype(np.float32) @ gallery.astype(np.float32).T
+    own = scores[np.arange(len(scores)), np.arange(len(scores))]
+    above = (scores > own[:, None]).sum(axis=1)
+    return float((above < k).mean())
+
+
+def recalls(images: np.ndarray, texts: np.ndarray) -> dict[str, float]:
+    """i2t and t2i hit rates at every k."""
+    out = {}
+    for k in K:
+        out[f"i2t@{k}"] = hit_rate(images, texts, k)
+        out[f"t2i@{k}"] = hit_rate(texts, images, k)
+    return out
+
+
+def bench_throughput(
+    data: Path, checkpoint: Path, images: int, batch: int, workers: int, work: Path
+) -> dict[str, Any]:
+    """(a) pipeline images/s vs model-only forward, ViT-B-32, same batches."""
+    model = load_open_clip({"name": "ViT-B-32", "pretrained": str(checkpoint)})
+    source = data / "images.parquet"
+    base = {"benchmark": "a", "batch_size": batch, "num_workers": workers}
+    results: dict[str, Any] = {"images": images, "batch_size": batch, "num_workers": workers}
+    decoded = []
+    for begin in range(0, images, batch):
+        table = pq.read_table(source).slice(begin, min(batch, images - begin))
+        decoded.append(
+            torch.stack(
+                [
+                    model.preprocess(Image.open(io.BytesIO(b)).convert("RGB"))
+                    for b in table.column("image").to_pylist()
+                ]
+            )
+        )
+    model.encode_images(decoded[0][:2])
+    began = time.perf_counter()
+    for pixels in decoded:
+        model.encode_images(pixels)
+    results["model_only_images_per_s"] = images / (time.perf_counter() - began)
+    runs = {
+        "pipeline_decode_images_per_s": {"pixel_cache": False},
+        "pipeline_cold_cache_images_per_s": {"pixel_cache": True},
+        "pipeline_warm_cache_images_per_s": {"pixel_cache": True},
+        "pipeline_draft_decode_images_per_s": {"pixel_cache": False, "draft_decode": True},
+    }
+    for label, changes in runs.items():
+        settings = EmbedSettings(**base, pixel_cache_dir=str(work / "pixels-a"), **changes)
+        began = time.perf_counter()
+        embed_rows(model, "image", source, 0, images, settings)
+        results[label] = images / (time.perf_counter() - began)
+    for label in list(results):
+        if label.startswith("pipeline"):
+            results[label.replace("images_per_s", "vs_model_only")] = (
+                results[label] / results["model_only_images_per_s"]
+            )
+    results["decode_only"] = bench_decode(source, model, min(images, 64))
+    return results
+
+
+def bench_decode(source: Path, model: Any, images: int) -> dict[str, float]:
+    """Decode + geometric transform alone: full vs draft JPEG decoding, images/s."""
+    from vlbench.embed_loader import decode_image
+    from vlbench.image_transform import ImagePipeline
+
+    pipeline = ImagePipeline.from_model(model)
+    blobs = pq.read_table(source).slice(0, images).column("image").to_pylist()
+    out = {}
+    for label, size in (("full", None), ("draft", pipeline.draft_size())):
+        began = time.perf_counter()
+        for blob in blobs:
+            pipeline.to_pixels(decode_image(blob, "x", source, size))
+        out[f"{label}_images_per_s"] = images / (time.perf_counter() - began)
+    return out
+
+
+def workflow_config(
+    source: Path, checkpoints: dict[str, Path], batch: int, workers: int, **embedding: Any
+) -> str:
+    """A vlbench config evaluating the three checkpoints on the local source."""
+    models = "".join(
+        f"  {key}:\n    name: {MODELS[key]}\n    pretrained: {path}\n"
+        for key, path in checkpoints.items()
+    )
+    extra = "".join(f"  {key}: {value}\n" for key, value in embedding.items())
+    return (
+        f"models:\n{models}benchmarks:\n  pairs:\n    protocol: paired\n"
+        f"    source:\n      path: {source}\n      split: test\n    k: [1, 5, 10]\n"
+        f"embedding:\n  batch_size: {batch}\n  num_workers: {workers}\n{extra}"
+    )
+
+
+def run_vlbench(run_dir: Path, config: str) -> float:
+    """Run the workflow up to its metrics table in a fresh directory; return wall seconds."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config)
+    command = [
+        str(VENV_BIN / "snakemake"),
+        "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(run_dir),
+        "--configfile", str(run_dir / "config.yaml"),
+        "--cores", "2", "results/tables/metrics.csv",
+    ]  # fmt: skip
+    began = time.perf_counter()
+    with open(run_dir / "snakemake.log", "w") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    return time.perf_counter() - began
+
+
+DIRECTION_NAMES = {"image_to_text": "i2t", "text_to_image": "t2i"}
+
+
+def vlbench_recalls(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Recall@k (hit rate, as a fraction) per model from the workflow's metrics table."""
+    table = pl.read_csv(run_dir / "results" / "tables" / "metrics.csv")
+    out: dict[str, dict[str, float]] = {}
+    for row in table.filter(pl.col("metric") == "recall").iter_rows(named=True):
+        key = f"{DIRECTION_NAMES[row['direction']]}@{int(row['k'])}"
+        out.setdefault(row["model"], {})[key] = float(row["value"]) / 100
+    return out
+
+
+def same_hits(ours: dict, theirs: dict, queries: int) -> bool:
+    """Whether both tools count the same number of hits for every model, direction and k."""
+    return all(
+        round(ours[model][key] * queries) == round(value * queries)
+        for model, values in theirs.items()
+        for key, value in values.items()
+    )
+
+
+def run_clip_benchmark(
+    wds: Path, checkpoints: dict[str, Path], batch: int, workers: int, out_dir: Path
+) -> tuple[float, dict[str, dict[str, float]]]:
+    """Three `clip_benchmark eval` runs; total wall seconds and Recall@k per model."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    total = 0.0
+    metrics = {}
+    for key, path in checkpoints.items():
+        output = out_dir / f"{key}.json"
+        command = [
+            str(VENV_BIN / "clip_benchmark"), "eval",
+            "--dataset", "wds/pairs", "--dataset_root", str(wds),
+            "--task", "zeroshot_retrieval",
+            "--model", MODELS[key], "--pretrained", str(path),
+            "--batch_size", str(batch), "--num_workers", str(workers),
+            "--no_amp", "--recall_k", *map(str, K), "--output", str(output),
+        ]  # fmt: skip
+        began = time.perf_counter()
+        with open(out_dir / f"{key}.log", "w") as log:
+            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+        total += time.perf_counter() - began
+        raw = json.loads(output.read_text())["metrics"]
+        metrics[key] = {
+            **{f"t2i@{k}": raw[f"image_retrieval_recall@{k}"] for k in K},
+            **{f"i2t@{k}": raw[f"text_retrieval_recall@{k}"] for k in K},
+        }
+    return total, metrics
+
+
+def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str, Any]:
+    """(c) peak RSS of the embedding step (all shards + gather, one process) per dataset size."""
+    pool, captions = make_pairs(64, width, height, seed=7)
+    out: dict[str, Any] = {"image_size": [width, height]}
+    for size in sizes:
+        data = work / f"rss-{size}"
+        if not (data / "images.parquet").is_file():
+            write_canonical(data, [pool[i % len(pool)] for i in range(size)], [captions[0]] * size)
+        code = (
+            "import resource, sys, time; from pathlib import Path\n"
+            "from vlbench.embed import embed_modality_sharded\n"
+            "from vlbench.embed_shards import EmbedSettings\n"
+            "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests'))\n"
+            "from embed_support import tiny_model\n"
+            "d = Path(sys.argv[2]); m = tiny_model()\n"
+            "s = EmbedSettings(benchmark='rss', batch_size=64, pixel_cache_dir=str(d / 'pixels'))\n"
+            "t = time.perf_counter()\n"
+            "embed_modality_sharded(m, {'name': 'tiny'}, 'image', d / 'images.parquet', s,"
+            " 10000, d / 'emb')\n"
+            "print(time.perf_counter() - t, "
+            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(REPO), str(data)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        seconds, rss = map(float, result.stdout.split()[-2:])
+        out[str(size)] = {"peak_rss_mb": rss, "seconds": seconds}
+    first, last = str(sizes[0]), str(sizes[-1])
+    out["ratio"] = out[last]["peak_rss_mb"] / out[first]["peak_rss_mb"]
+    return out
+
+
+def bench_storage_and_draft(
+    run_dir: Path, data: Path, checkpoint: Path, batch: int, work: Path, demo: Path | None
+) -> dict[str, Any]:
+    """(d) Recall@k with float32 vs float16-rounded embeddings, and with draft decoding."""
+    out: dict[str, Any] = {"float16": {}, "draft": {}}
+    stems = [(f"bench/{p.name}", p / "pairs") for p in (run_dir / "results/embeddings").iterdir()]
+    if demo is not None:
+        stems += [(f"demo/{p.name}", p / "synthetic-biomedflickr")
+                  for p in (demo / "results/embeddings").iterdir()]  # fmt: skip
+    for label, stem in stems:
+        images = load_embeddings(stem / "image.npy", stem / "image.ids.parquet")[0]
+        texts = load_embeddings(stem / "text.npy", stem / "text.ids.parquet")[0]
+        exact = recalls(images, texts)
+        half = [m.astype(np.float16).astype(np.float32) for m in (images, texts)]
+        rounded = recalls(*half)
+        out["float16"][label] = {"float32": exact, "float16": rounded}
+    model = load_open_clip({"name": "ViT-B-32", "pretrained": str(checkpoint)})
+    stem = run_dir / "results/embeddings/vit-b-32/pairs"
+    texts = load_embeddings(stem / "text.npy", stem / "text.ids.parquet")[0]
+    images = load_embeddings(stem / "image.npy", stem / "image.ids.parquet")[0]
+    settings = EmbedSettings(benchmark="d", batch_size=batch, pixel_cache=False, draft_decode=True)
+    began = time.perf_counter()
+    path = embed_modality_sharded(
+        model, {"name": "ViT-B-32"}, "image", data / "images.parquet", settings, 10**9,
+        work / "draft",
+    )  # fmt: skip
+    out["draft"]["seconds"] = time.perf_counter() - began
+    drafted = load_embeddings(path, path.with_name("image.ids.parquet"))[0]
+    out["draft"]["vit-b-32"] = {"full": recalls(images, texts), "draft": recalls(drafted, texts)}
+    out["draft"]["max_abs_embedding_difference"] = float(np.abs(drafted - images).max())
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--width", type=int, default=1600)
+    parser.add_argument("--height", type=int, default=1300)
+    parser.add_argument("--forward-images", type=int, default=256)
+    parser.add_argument("--rss-sizes", type=int, nargs="+", default=[2000, 20000])
+    parser.add_argument("--rss-width", type=int, default=1600)
+    parser.add_argument("--rss-height", type=int, default=1300)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-workers", type=int, default=1)
+    parser.add_argument("--demo", type=Path, help="a finished demo-config run directory")
+    parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks/runs/embed")
+    parser.add_argument("--parts", default="abcd")
+    args = parser.parse_args()
+    work = args.workdir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine_start": machine(), "args": vars(args) | {
+        "demo": str(args.demo), "workdir": str(work)}}  # fmt: skip
+    began = time.perf_counter()
+    images, captions = make_pairs(args.pairs, args.width, args.height)
+    results["jpeg_kib_mean"] = float(np.mean([len(b) for b in images]) / 1024)
+    results["setup_seconds"] = time.perf_counter() - began
+    write_canonical(work / "canonical", images, captions)
+    write_hub_source(work / "hub", images, captions)
+    write_webdataset(work / "wds", images, captions)
+    checkpoints = save_checkpoints(work / "checkpoints")
+    del images, captions
+    batch, workers = args.batch_size, args.num_workers
+    if "a" in args.parts:
+        results["a"] = bench_throughput(
+            work / "canonical", checkpoints["vit-b-32"], min(args.forward_images, args.pairs),
+            batch, workers, work,
+        )  # fmt: skip
+        print(json.dumps(results["a"], indent=1), flush=True)
+    run_dir = work / "vlbench-run"
+    if "b" in args.parts:
+        config = workflow_config(work / "hub", checkpoints, batch, workers)
+        seconds = run_vlbench(run_dir, config)
+        ours = vlbench_recalls(run_dir)
+        theirs_seconds, theirs = run_clip_benchmark(
+            work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
+        )
+        results["b"] = {
+            "vlbench_seconds": seconds,
+            "clip_benchmark_seconds": theirs_seconds,
+            "speedup": theirs_seconds / seconds,
+            "vlbench_recall": ours,
+            "clip_benchmark_recall": theirs,
+            "recall_identical": same_hits(ours, theirs, args.pairs),
+        }
+        print(json.dumps(results["b"], indent=1), flush=True)
+    if "c" in args.parts:
+        results["c"] = bench_rss(work, args.rss_sizes, args.rss_width, args.rss_height)
+        print(json.dumps(results["c"], indent=1), flush=True)
+    if "d" in args.parts:
+        results["d"] = bench_storage_and_draft(
+            run_dir, work / "canonical", checkpoints["vit-b-32"], batch, work, args.demo
+        )
+        print(json.dumps(results["d"], indent=1), flush=True)
+    results["machine_end"] = machine()
+    results["total_seconds"] = time.perf_counter() - began
+    (work / "results.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {work / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

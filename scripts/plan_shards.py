@@ -1,0 +1,10 @@
+"""Checkpoint plan_shards: cut one modality of a prepared benchmark into row ranges."""
+
+from vlbench.embed_shards import write_shard_plan
+from vlbench.rule_log import rule_log
+
+with rule_log(snakemake.log[0]) as log:
+    count = write_shard_plan(
+        snakemake.input.data, snakemake.params.shard_size, snakemake.output.plan
+    )
+    log.info("%d shard(s) of at most %d rows", count, snakemake.params.shard_size)

@@ -1,0 +1,14 @@
+"""Rule plot_benchmark: Recall@k curves and per-model bars with 95% intervals for one benchmark."""
+
+from vlbench.plots import write_benchmark_plots
+from vlbench.rule_log import rule_log
+from vlbench.tables import read_full_metrics
+
+with rule_log(snakemake.log[0]) as log:
+    write_benchmark_plots(
+        read_full_metrics(snakemake.input.full),
+        snakemake.wildcards.benchmark,
+        snakemake.output.curves,
+        snakemake.output.bars,
+    )
+    log.info("wrote %s and %s", snakemake.output.curves, snakemake.output.bars)

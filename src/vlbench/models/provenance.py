@@ -1,0 +1,40 @@
+"""What produced an embedding: adapter, weights (sha256), libraries, precision, device."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Any
+
+from vlbench.models.base import EmbeddingModel
+from vlbench.models.checkpoints import file_sha256
+
+LIBRARIES = ("torch", "torchvision", "open_clip_torch", "transformers", "timm", "numpy", "pillow")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of the libraries that shape embeddings (None when absent)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def model_provenance(model: EmbeddingModel, batch_size: int | None = None) -> dict[str, Any]:
+    """A JSON-serialisable record of a loaded model; hashes every weight file it read."""
+    return {
+        "source": dict(model.source),
+        "weights": [
+            {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
+            for path in model.weights
+        ],
+        "precision": model.precision,
+        "device": str(model.device),
+        "batch_size": batch_size,
+        "context_length": model.context_length,
+        "image_transform": model.image_transform,
+        "versions": library_versions(),
+    }

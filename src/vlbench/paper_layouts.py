@@ -1,0 +1,205 @@
+"""The published tables' layouts: which reference cell each column holds, in the paper's order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+I2T, T2I = "image_to_text", "text_to_image"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: a reference benchmark/subset, direction, metric and cut-off."""
+
+    label: str
+    benchmark: str
+    subset: str
+    direction: str
+    metric: str
+    k: int | None
+
+
+@dataclass(frozen=True)
+class MeanColumn:
+    """A column the paper computes as the plain mean of other columns, and its printed cell."""
+
+    label: str
+    of: tuple[str, ...]
+    benchmark: str
+    subset: str
+    direction: str
+    metric: str
+    k: int | None
+
+
+@dataclass(frozen=True)
+class PaperLayout:
+    """A published table: its key in the reference CSV, title, columns and notes."""
+
+    table: str
+    title: str
+    columns: tuple[Column, ...]
+    mean: MeanColumn | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def benchmarks(self) -> set[str]:
+        """Reference benchmarks the table draws on."""
+        return {column.benchmark for column in self.columns}
+
+
+def _recall_columns(
+    prefix: str, benchmark: str, direction: str, ks: tuple[int, ...]
+) -> list[Column]:
+    return [Column(f"{prefix} R@{k}", benchmark, "test", direction, "recall", k) for k in ks]
+
+
+BIOMEDFLICKR = PaperLayout(
+    table="biomedflickr",
+    title="BioMedFlickr retrieval (dataset card, reference notebook)",
+    columns=tuple(
+        _recall_columns("I2T", "biomedflickr", T2I, (1, 10, 100, 1000))
+        + _recall_columns("T2I", "biomedflickr", I2T, (1, 10, 100, 1000))
+    ),
+    notes=(
+        "Column names are the reference notebook's, whose direction names are swapped: its "
+        "'I2T' columns are text queries against the image gallery (standard text→image) and its "
+        "'T2I' columns are image queries against the caption gallery (standard image→text).",
+        "Recall@k is the hit rate: a query scores when its paired item is in its top k.",
+    ),
+)
+
+_ZEROSHOT_DATASETS = (
+    ("NABirds", "nabirds"),
+    ("Plankton", "metaalbum-plankton"),
+    ("Insects", "metaalbum-insects"),
+    ("Insects 2", "metaalbum-insects2"),
+    ("Camera Trap", "idle-oo-camera-traps"),
+    ("PlantNet", "metaalbum-plantnet"),
+    ("Fungi", "metaalbum-fungi"),
+    ("PlantVillage", "metaalbum-plantvillage"),
+    ("Med. Leaf", "metaalbum-medleaf"),
+    ("Rare Species", "rare-species"),
+)
+_ZEROSHOT_COLUMNS = tuple(
+    Column(label, benchmark, "test", I2T, "zeroshot_top1_accuracy", 1)
+    for label, benchmark in _ZEROSHOT_DATASETS
+)
+_ZEROSHOT_MEAN = MeanColumn(
+    "Mean",
+    tuple(label for label, _ in _ZEROSHOT_DATASETS),
+    "mean",
+    "test",
+    I2T,
+    "zeroshot_top1_accuracy",
+    1,
+)
+
+BIOCAP_TABLE1 = PaperLayout(
+    table="biocap-table1",
+    title="BioCAP Table 1: zero-shot species classification, top-1 accuracy",
+    columns=_ZEROSHOT_COLUMNS,
+    mean=_ZEROSHOT_MEAN,
+    notes=("Mean is the unweighted mean of the ten dataset columns, as the paper computes it.",),
+)
+
+BIOCLIP2_ZEROSHOT = PaperLayout(
+    table="bioclip2-zeroshot",
+    title="BioCLIP 2 zero-shot species classification, top-1 accuracy (same datasets)",
+    columns=_ZEROSHOT_COLUMNS,
+    mean=_ZEROSHOT_MEAN,
+    notes=("Mean is the unweighted mean of the ten dataset columns.",),
+)
+
+_TABLE2_COLUMNS = (
+    Column("INQUIRE Appearance", "inquire-rerank", "appearance", T2I, "average_precision", 50),
+    Column("INQUIRE Behavior", "inquire-rerank", "behavior", T2I, "average_precision", 50),
+    Column("INQUIRE Context", "inquire-rerank", "context", T2I, "average_precision", 50),
+    Column("INQUIRE Species", "inquire-rerank", "species", T2I, "average_precision", 50),
+    Column("Cornell Bird I2T", "cornell-bird", "test", I2T, "recall", 10),
+    Column("Cornell Bird T2I", "cornell-bird", "test", T2I, "recall", 10),
+    Column("PlantID I2T", "plantid", "test", I2T, "recall", 10),
+    Column("PlantID T2I", "plantid", "test", T2I, "recall", 10),
+)
+
+BIOCAP_TABLE2 = PaperLayout(
+    table="biocap-table2",
+    title="BioCAP Table 2: text-image retrieval (INQUIRE-Rerank AP@50, Recall@10)",
+    columns=_TABLE2_COLUMNS,
+    mean=MeanColumn(
+        "Mean",
+        tuple(column.label for column in _TABLE2_COLUMNS),
+        "biocap-table2-mean",
+        "all",
+        "both",
+        "mean",
+        0,
+    ),
+    notes=(
+        "INQUIRE columns are INQUIRE's normalised average precision per supercategory at k = 50 "
+        "(the seed's AP@50); BioCAP's code computes it over all 100 candidates, which our "
+        "metric rows label k = 100.",
+        "I2T = image queries against the caption gallery; T2I = caption queries against the "
+        "image gallery. Mean is the unweighted mean of the eight columns.",
+    ),
+)
+
+BIOVITA_UNSEEN = PaperLayout(
+    table="biovita-unseen",
+    title="BioVITA unseen taxa: taxon-level top-k accuracy",
+    columns=tuple(
+        Column(f"{level} {name} top-{k}", "biovita", subset, direction, "taxon_top_k_accuracy", k)
+        for level, subset in (("Species", "unseen_species"), ("Genus", "unseen_genus"))
+        for name, direction in (("I2T", I2T), ("T2I", T2I))
+        for k in (1, 5, 10)
+    ),
+    notes=(
+        "Each candidate taxon scores the max similarity over all its corpus entries; a hit when "
+        "the correct taxon is among the top k candidates (ties in the candidate order).",
+        "The published BioVITA numbers are read as the species level (assumed by the source).",
+    ),
+)
+
+_RETRIEVAL_SETS = (("Flickr30k", "flickr30k-1k"), ("COCO", "coco-5k"))
+
+OPENCLIP_RETRIEVAL = PaperLayout(
+    table="openclip-retrieval",
+    title="open_clip retrieval results (Flickr30k 1k test, COCO 5k test)",
+    columns=tuple(
+        column
+        for name, benchmark in _RETRIEVAL_SETS
+        for column in _recall_columns(f"{name} image→text", benchmark, I2T, (1, 5, 10))
+        + _recall_columns(f"{name} text→image", benchmark, T2I, (1, 5, 10))
+    ),
+    notes=(
+        "Hit-rate Recall@k; image→text scores when any of the image's captions is in the top k.",
+    ),
+)
+
+CLIP_TABLE13 = PaperLayout(
+    table="clip-paper-table13",
+    title="CLIP paper Table 13: zero-shot retrieval (Flickr30K 1K test, MSCOCO 5K test)",
+    columns=tuple(
+        column
+        for name, benchmark in _RETRIEVAL_SETS
+        for column in _recall_columns(f"{name} Text Retrieval", benchmark, I2T, (1, 5, 10))
+        + _recall_columns(f"{name} Image Retrieval", benchmark, T2I, (1, 5, 10))
+    ),
+    notes=(
+        "The paper names a direction by what is retrieved: 'Text Retrieval' is image→text, "
+        "'Image Retrieval' is text→image. The CLIP row's model variant is not stated there.",
+    ),
+)
+
+LAYOUTS = {
+    layout.table: layout
+    for layout in (
+        BIOMEDFLICKR,
+        BIOCAP_TABLE1,
+        BIOCAP_TABLE2,
+        BIOCLIP2_ZEROSHOT,
+        BIOVITA_UNSEEN,
+        OPENCLIP_RETRIEVAL,
+        CLIP_TABLE13,
+    )
+}

@@ -1,0 +1,179 @@
+"""Provenance of a benchmark's results: weights, data revision, libraries, device and timings."""
+
+from __future__ import annotations
+
+import csv
+import html
+import importlib.metadata
+import io
+import json
+import platform
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from vlbench.atomic import write_text
+from vlbench.errors import VlbenchError
+
+EMBEDDING_FIELDS = [
+    "model_key",
+    "modality",
+    "model_name",
+    "pretrained",
+    "weights_sha256",
+    "precision",
+    "device",
+    "device_name",
+    "batch_size",
+    "rows",
+    "seconds",
+    "items_per_second",
+    "torch",
+    "open_clip",
+    "numpy",
+    "python",
+    "host",
+]
+DATASET_FIELDS = ["source", "repo", "path", "revision", "split", "protocol", "n_images", "n_texts"]
+REPORT_PACKAGES = ["polars", "pyarrow", "faiss-cpu", "matplotlib", "scipy", "snakemake", "vlbench"]
+
+
+def _read_json(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError as exc:
+        raise VlbenchError(f"provenance file not found: {path}") from exc
+    except json.JSONDecodeError as exc:
+        raise VlbenchError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+
+
+def embedding_row(path: str | Path) -> dict[str, Any]:
+    """One row per embedding job, from results/embeddings/<model>/<benchmark>/<modality>.json."""
+    path = Path(path)
+    record = _read_json(path)
+    model = record.get("model") or {}
+    versions = record.get("versions") or {}
+    row = {
+        "model_key": path.parent.parent.name,
+        "modality": path.stem,
+        "model_name": model.get("name"),
+        "pretrained": model.get("pretrained"),
+    }
+    row.update({name: record.get(name) for name in EMBEDDING_FIELDS if name not in row})
+    row.update({name: versions.get(name) for name in ("torch", "open_clip", "numpy", "python")})
+    return row
+
+
+def timing_rows(timings_dir: str | Path, benchmark: str) -> list[dict[str, Any]]:
+    """Snakemake benchmark files of jobs on `benchmark`: rule, job, seconds, peak RSS (MB)."""
+    rows = []
+    root = Path(timings_dir)
+    for path in sorted(root.glob("**/*.tsv")):
+        parts = path.relative_to(root).parts
+        if benchmark not in parts[1:-1] and path.stem != benchmark:
+            continue
+        with open(path, encoding="utf-8", newline="") as handle:
+            records = list(csv.DictReader(handle, delimiter="\t"))
+        if not records:
+            continue
+        seconds = [float(record["s"]) for record in records]
+        rss = [
+            float(record["max_rss"])
+            for record in records
+            if record.get("max_rss") not in ("", "NA", None)
+        ]
+        rows.append(
+            {
+                "rule": parts[0],
+                "job": "/".join(Path(*parts[1:]).with_suffix("").parts),
+                "seconds": round(sum(seconds) / len(seconds), 3),
+                "max_rss_mb": round(max(rss), 1) if rss else None,
+            }
+        )
+    return rows
+
+
+def package_versions(names: Iterable[str] = REPORT_PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages that made the tables and plots."""
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def collect_provenance(
+    benchmark: str,
+    benchmark_json: str | Path,
+    embedding_jsons: Iterable[str | Path],
+    timings_dir: str | Path,
+) -> dict[str, Any]:
+    """Everything the report shows about how a benchmark's numbers were produced."""
+    meta = _read_json(benchmark_json)
+    return {
+        "benchmark": benchmark,
+        "dataset": {name: meta.get(name) for name in DATASET_FIELDS},
+        "embeddings": sorted(
+            (embedding_row(path) for path in embedding_jsons),
+            key=lambda row: (row["model_key"], row["modality"]),
+        ),
+        "timings": timing_rows(timings_dir, benchmark),
+        "report_environment": package_versions(),
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def provenance_csv(record: dict[str, Any]) -> str:
+    """One row per embedding job, with the dataset's source and revision repeated on each."""
+    buffer = io.StringIO()
+    fields = ["benchmark", *(f"dataset_{name}" for name in DATASET_FIELDS), *EMBEDDING_FIELDS]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    dataset = {f"dataset_{name}": value for name, value in record["dataset"].items()}
+    for row in record["embeddings"]:
+        writer.writerow({"benchmark": record["benchmark"], **dataset, **row})
+    return buffer.getvalue()
+
+
+def _html_table(rows: list[dict[str, Any]], fields: list[str]) -> str:
+    escape = html.escape
+    head = "".join(f"<th>{escape(field)}</th>" for field in fields)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(_text(row.get(f)))}</td>" for f in fields) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def provenance_html(record: dict[str, Any]) -> str:
+    """A standalone HTML page of a benchmark's provenance (for the Snakemake report)."""
+    escape = html.escape
+    dataset = [{"key": k, "value": v} for k, v in record["dataset"].items()]
+    environment = [{"package": k, "version": v} for k, v in record["report_environment"].items()]
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>Provenance: {escape(record['benchmark'])}</title>"
+        "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin-bottom:1em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body>"
+        f"<h2>Provenance: {escape(record['benchmark'])}</h2>"
+        "<h3>Dataset</h3>" + _html_table(dataset, ["key", "value"]) + "<h3>Embedding jobs "
+        "(weights, precision, device, batch size, library versions, time)</h3>"
+        + _html_table(record["embeddings"], EMBEDDING_FIELDS)
+        + "<h3>Job timings (Snakemake benchmark files)</h3>"
+        + _html_table(record["timings"], ["rule", "job", "seconds", "max_rss_mb"])
+        + "<h3>Tables and plots made with</h3>"
+        + _html_table(environment, ["package", "version"])
+        + "</body></html>\n"
+    )
+
+
+def write_provenance(record: dict[str, Any], csv_path: str | Path, html_path: str | Path) -> None:
+    """Write the CSV and HTML views of a provenance record."""
+    write_text(csv_path, provenance_csv(record))
+    write_text(html_path, provenance_html(record))

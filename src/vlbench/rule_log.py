@@ -1,0 +1,35 @@
+"""Route a rule script's stderr and logging into its Snakemake log (kept free of heavy imports)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from vlbench.errors import VlbenchError
+
+
+@contextlib.contextmanager
+def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
+    """Send stderr (progress bars, warnings, tracebacks) and a logger to the rule's log file."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8", buffering=1) as handle:
+        old_stderr = sys.stderr
+        sys.stderr = handle
+        logger = logging.getLogger("vlbench")
+        log_handler = logging.StreamHandler(handle)
+        log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(log_handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            yield logger
+        except VlbenchError as error:
+            handle.write(f"ERROR: {error}\n")
+            old_stderr.write(f"vlbench error: {error}\n")
+            raise SystemExit(1) from None
+        finally:
+            logger.removeHandler(log_handler)
+            sys.stderr = old_stderr

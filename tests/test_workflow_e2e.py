@@ -1,0 +1,173 @@
+"""The whole DAG on a tiny config: exact numbers, nothing redone, only new work scheduled."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy import stats
+from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, write_config
+
+CONTRACT = [
+    "benchmark",
+    "subset",
+    "model",
+    "direction",
+    "metric",
+    "k",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_queries",
+]
+KS = [1, 5, 10]
+
+
+def brute_force_recall(queries: np.ndarray, gallery: np.ndarray, k: int) -> np.ndarray:
+    """Hit vector of 1-to-1 pairs: query i's relevant item is gallery i; ties in index order."""
+    scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.array([i in order[i, :k] for i in range(len(queries))], dtype=float)
+
+
+def notebook_interval(hits: np.ndarray) -> tuple[float, float]:
+    """mean -/+ t(0.975, n-1) * s / sqrt(n), written out by hand."""
+    n = len(hits)
+    half = stats.t.ppf(0.975, n - 1) * hits.std(ddof=1) / np.sqrt(n)
+    return hits.mean() - half, hits.mean() + half
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("e2e")
+    config = {
+        "models": {"tiny": tiny_model()},
+        "benchmarks": {"demo": synthetic_benchmark(40, k=KS)},
+    }
+    run_workflow(workdir, write_config(workdir, config))
+    return workdir
+
+
+def test_metrics_table_has_the_contract(finished_run: Path) -> None:
+    table = pl.read_csv(finished_run / "results" / "tables" / "metrics.csv")
+    assert table.columns == CONTRACT
+    recall = table.filter(pl.col("metric") == "recall")
+    assert recall.height == 2 * len(KS)
+    assert set(table["direction"]) == {"image_to_text", "text_to_image"}
+    assert {"recall", "mrr", "mean_rank", "median_rank"} <= set(table["metric"])
+    assert table["n_queries"].to_list() == [40] * table.height
+    assert set(table["subset"]) == {"test"}
+    markdown = (finished_run / "results" / "tables" / "demo.md").read_text()
+    assert "chance" in markdown and "tiny" in markdown
+
+
+def test_values_equal_an_independent_computation(finished_run: Path) -> None:
+    embeddings = finished_run / "results" / "embeddings" / "tiny" / "demo"
+    images = np.load(embeddings / "image.npy", allow_pickle=False)
+    texts = np.load(embeddings / "text.npy", allow_pickle=False)
+    assert images.dtype == np.float32 and images.shape == (40, 64)
+    np.testing.assert_allclose(np.linalg.norm(images, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, rtol=1e-5)
+    table = pl.read_csv(finished_run / "results" / "tables" / "metrics.csv")
+    table = table.filter(pl.col("metric") == "recall")
+    for direction, queries, gallery in (
+        ("image_to_text", images, texts),
+        ("text_to_image", texts, images),
+    ):
+        for k in KS:
+            hits = brute_force_recall(queries, gallery, k)
+            row = table.filter((pl.col("direction") == direction) & (pl.col("k") == k)).row(
+                0, named=True
+            )
+            assert row["value"] == pytest.approx(100 * hits.mean(), abs=1e-9)
+            if hits.std() > 0:
+                low, high = notebook_interval(hits)
+                assert row["ci_low"] == pytest.approx(100 * low, abs=1e-9)
+                assert row["ci_high"] == pytest.approx(100 * high, abs=1e-9)
+            else:
+                assert row["ci_low"] == row["ci_high"] == pytest.approx(row["value"])
+
+
+def test_second_run_has_nothing_to_do(finished_run: Path) -> None:
+    result = run_workflow(finished_run, finished_run / "config.yaml", "--dry-run")
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def jobs_in_dry_run(output: str) -> list[tuple[str, dict[str, str]]]:
+    """(rule, wildcards) of every job a dry run lists."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", output):
+        match = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not match:
+            continue
+        wildcards = re.search(r"wildcards: (.*)", block)
+        pairs = (
+            dict(item.split("=", 1) for item in wildcards.group(1).split(", ")) if wildcards else {}
+        )
+        jobs.append((match.group(1), pairs))
+    return jobs
+
+
+def test_adding_a_model_schedules_only_that_models_jobs(finished_run: Path, tmp_path: Path) -> None:
+    config = {
+        "models": {"tiny": tiny_model(), "tiny2": tiny_model(seed=1)},
+        "benchmarks": {"demo": synthetic_benchmark(40, k=KS)},
+    }
+    result = run_workflow(finished_run, write_config(tmp_path, config), "--dry-run")
+    jobs = jobs_in_dry_run(result.stdout)
+    rules = {rule for rule, _ in jobs}
+    assert any(rule.startswith("embed") for rule in rules)
+    models = {wildcards["model"] for _, wildcards in jobs if "model" in wildcards}
+    assert models == {"tiny2"}
+    shared = {rule for rule, wildcards in jobs if "model" not in wildcards}
+    assert not shared & {"write_synthetic_source", "prepare_benchmark", "init_random_checkpoint"}
+    assert "tables" in shared
+
+
+def test_configfile_replaces_the_default_experiment(finished_run: Path) -> None:
+    """The default config's model and benchmark never leak into a user's config."""
+    result = run_workflow(finished_run, finished_run / "config.yaml", "--dry-run", "--forceall")
+    assert "tiny-random" not in result.stdout
+    assert "synthetic-biomedflickr" not in result.stdout
+
+
+def test_typo_in_config_is_one_clear_line(workdir: Path) -> None:
+    model = tiny_model() | {"precison": "fp32"}
+    config = {"models": {"tiny": model}, "benchmarks": {"demo": synthetic_benchmark(10)}}
+    result = run_workflow(workdir, write_config(workdir, config), "--dry-run", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "unknown key 'precison' at 'models.tiny'" in output
+    assert "Traceback" not in output
+
+
+def test_missing_local_source_fails_naming_key_and_path(workdir: Path) -> None:
+    benchmark = {"protocol": "paired", "source": {"path": "no/such/dir"}, "k": [1]}
+    config = {"models": {"tiny": tiny_model()}, "benchmarks": {"local": benchmark}}
+    result = run_workflow(workdir, write_config(workdir, config), check=False)
+    assert result.returncode != 0
+    message = "benchmarks.local.source.path: directory not found: no/such/dir"
+    assert message in result.stdout + result.stderr
+    assert not (workdir / "results" / "data" / "local" / "images.parquet").exists()
+
+
+def test_source_parquet_without_expected_columns_names_the_file(workdir: Path) -> None:
+    data = workdir / "mine" / "data"
+    data.mkdir(parents=True)
+    bad = data / "test-00000-of-00001.parquet"
+    pq.write_table(pa.table({"image": [{"bytes": b"x", "path": "a.jpg"}], "text": ["hello"]}), bad)
+    benchmark = {"protocol": "paired", "source": {"path": "mine"}, "k": [1]}
+    config = {"models": {"tiny": tiny_model()}, "benchmarks": {"local": benchmark}}
+    result = run_workflow(workdir, write_config(workdir, config), check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "mine/data/test-00000-of-00001.parquet: missing column(s) caption" in output
+    log = (workdir / "logs" / "prepare_benchmark" / "local.log").read_text()
+    assert "missing column(s) caption" in log
+    shutil.rmtree(workdir / "mine")

@@ -1,0 +1,65 @@
+"""Test helpers: repository paths, config builders and a workflow runner for temporary dirs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+TINY_MODEL_CONFIG = REPO / "config" / "models" / "vlbench-tiny.json"
+
+
+def tiny_model(seed: int = 0) -> dict[str, Any]:
+    """A model entry for the tiny random-weight architecture."""
+    return {
+        "name": "vlbench-tiny",
+        "model_config": str(TINY_MODEL_CONFIG),
+        "random_init_seed": seed,
+    }
+
+
+def synthetic_benchmark(
+    pairs: int = 40, seed: int = 0, k: list[int] | None = None
+) -> dict[str, Any]:
+    """A benchmark entry for a synthetic BioMedFlickr-layout source."""
+    return {
+        "protocol": "paired",
+        "source": {"synthetic": {"pairs": pairs, "seed": seed}},
+        "k": k or [1, 5, 10],
+    }
+
+
+def write_config(directory: Path, config: dict[str, Any], name: str = "config.yaml") -> Path:
+    """Write a config file into `directory` and return its path."""
+    path = directory / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_workflow(
+    workdir: Path, configfile: Path, *extra: str, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run snakemake on the project's Snakefile inside `workdir`."""
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "1",
+        *extra,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
