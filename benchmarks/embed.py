@@ -22,6 +22,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -81,7 +82,7 @@ def photo_jpeg(seed: int, width: int, height: int, quality: int = 90) -> bytes:
     rng = np.random.default_rng(seed)
     coarse = rng.integers(0, 256, (max(height // 60, 2), max(width // 60, 2), 3), np.uint8)
     base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), np.int16)
-    noise = rng.integers(-8, 9, (height // 2, width // 2, 3), dtype=np.int16)
+    noise = rng.integers(-8, 9, ((height + 1) // 2, (width + 1) // 2, 3), dtype=np.int16)
     noisy = base + noise.repeat(2, axis=0).repeat(2, axis=1)[:height, :width]
     buffer = io.BytesIO()
     Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(
@@ -262,7 +263,8 @@ def workflow_config(
 
 def run_vlbench(run_dir: Path, config: str) -> float:
     """Run the workflow up to its metrics table in a fresh directory; return wall seconds."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(config)
     command = [
         str(VENV_BIN / "snakemake"),
@@ -329,17 +331,22 @@ def run_clip_benchmark(
 
 
 def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str, Any]:
-    """(c) peak RSS of the embedding step (all shards + gather, one process) per dataset size."""
+    """(c) peak RSS of the embedding step (all shards + gather, one process) per dataset size.
+
+    A fresh pixel cache each time, so every image is decoded; VmHWM of the child process.
+    """
     pool, captions = make_pairs(64, width, height, seed=7)
     out: dict[str, Any] = {"image_size": [width, height]}
     for size in sizes:
         data = work / f"rss-{size}"
         if not (data / "images.parquet").is_file():
             write_canonical(data, [pool[i % len(pool)] for i in range(size)], [captions[0]] * size)
+        for stale in ("pixels", "emb"):
+            shutil.rmtree(data / stale, ignore_errors=True)
         code = (
-            "import resource, sys, time; from pathlib import Path\n"
+            "import sys, time; from pathlib import Path\n"
             "from vlbench.embed import embed_modality_sharded\n"
-            "from vlbench.embed_shards import EmbedSettings\n"
+            "from vlbench.embed_shards import EmbedSettings, peak_rss_mb\n"
             "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests'))\n"
             "from embed_support import tiny_model\n"
             "d = Path(sys.argv[2]); m = tiny_model()\n"
@@ -347,8 +354,7 @@ def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str
             "t = time.perf_counter()\n"
             "embed_modality_sharded(m, {'name': 'tiny'}, 'image', d / 'images.parquet', s,"
             " 10000, d / 'emb')\n"
-            "print(time.perf_counter() - t, "
-            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+            "print(time.perf_counter() - t, peak_rss_mb())\n"
         )
         result = subprocess.run(
             [sys.executable, "-c", code, str(REPO), str(data)],
@@ -411,8 +417,10 @@ def main() -> None:
     args = parser.parse_args()
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"machine_start": machine(), "args": vars(args) | {
-        "demo": str(args.demo), "workdir": str(work)}}  # fmt: skip
+    previous = work / "results.json"
+    results: dict[str, Any] = json.loads(previous.read_text()) if previous.is_file() else {}
+    results[f"machine_start_{args.parts}"] = machine()
+    results[f"args_{args.parts}"] = vars(args) | {"demo": str(args.demo), "workdir": str(work)}
     began = time.perf_counter()
     images, captions = make_pairs(args.pairs, args.width, args.height)
     results["jpeg_kib_mean"] = float(np.mean([len(b) for b in images]) / 1024)
@@ -454,8 +462,8 @@ def main() -> None:
             run_dir, work / "canonical", checkpoints["vit-b-32"], batch, work, args.demo
         )
         print(json.dumps(results["d"], indent=1), flush=True)
-    results["machine_end"] = machine()
-    results["total_seconds"] = time.perf_counter() - began
+    results[f"machine_end_{args.parts}"] = machine()
+    results[f"total_seconds_{args.parts}"] = time.perf_counter() - began
     (work / "results.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {work / 'results.json'}")
 

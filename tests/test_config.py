@@ -79,3 +79,18 @@ def test_source_with_unknown_key_names_it() -> None:
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(VlbenchError, match="config file not found"):
         read_config(tmp_path / "absent.yaml")
+
+
+def test_nested_typo_in_a_source_form_names_that_key() -> None:
+    config = minimal()
+    config["benchmarks"]["demo"]["source"] = {"path": "x", "expected": {"rowz": 3}}
+    with pytest.raises(VlbenchError) as info:
+        validate_config(config)
+    assert "'rowz'" in str(info.value) and "benchmarks.demo.source.expected" in str(info.value)
+
+
+def test_source_of_no_known_form_lists_the_forms() -> None:
+    config = minimal()
+    config["benchmarks"]["demo"]["source"] = {"split": "test"}
+    with pytest.raises(VlbenchError, match=r"repo \+ revision; path; synthetic"):
+        validate_config(config)

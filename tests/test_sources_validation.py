@@ -163,3 +163,32 @@ def test_schema_rejects_bad_source_options(
 ) -> None:
     with pytest.raises(VlbenchError, match=message):
         validate_config(config_with(source, **benchmark))
+
+
+def test_a_corrupt_archive_is_a_one_line_error(tmp_path: Path) -> None:
+    from fixtures_sources import write_nlphuji_repo
+
+    from vlbench.prepare import prepare_benchmark
+
+    write_nlphuji_repo(tmp_path / "repo", n_images=3)
+    (tmp_path / "repo" / "images_flickr_1k_test.zip").write_bytes(b"PK\x03\x04 truncated")
+    source = {
+        "path": str(tmp_path / "repo"),
+        "format": "nlphuji_csv_zip",
+        "annotations": "test_1k_flickr.csv",
+        "archive": "images_flickr_1k_test.zip",
+    }
+    with pytest.raises(VlbenchError, match=r"cannot read .*BadZipFile") as info:
+        prepare_benchmark("f", "multi_positive", source, None, tmp_path / "out")
+    assert "\n" not in str(info.value)
+
+
+def test_a_corrupt_parquet_shard_is_a_one_line_error(tmp_path: Path) -> None:
+    from vlbench.prepare import prepare_benchmark
+    from vlbench.synthetic import write_synthetic_biomedflickr
+
+    write_synthetic_biomedflickr(tmp_path / "repo", pairs=3, seed=0)
+    shard = next((tmp_path / "repo" / "data").glob("*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(VlbenchError, match="cannot read"):
+        prepare_benchmark("b", "paired", {"path": str(tmp_path / "repo")}, None, tmp_path / "o")

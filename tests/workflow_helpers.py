@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,29 @@ def run_workflow(
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
+
+
+def small_demo() -> dict[str, Any]:
+    """The demo's shape at test size: tiny random model, 30 synthetic pairs, two shards."""
+    return {
+        "models": {"tiny": tiny_model()},
+        "benchmarks": {"demo": synthetic_benchmark(30, k=[1, 5, 10])},
+        "embedding": {"shard_size": 16},
+        "tables": {"qualitative_queries": 0},
+    }
+
+
+def run_in_own_session(
+    workdir: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the workflow on workdir/config.yaml in its own process group (killable as a whole)."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
+    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *extra]
+    return subprocess.run(
+        command,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )

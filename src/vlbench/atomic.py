@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from vlbench.faults import crash_point
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -22,6 +24,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as written:
             os.fsync(written.fileno())
+        crash_point(str(path))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -35,6 +38,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         yield tmp
+        crash_point(str(path))
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

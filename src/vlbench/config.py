@@ -44,11 +44,32 @@ def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(part) for part in error.absolute_path) or "<top level>"
 
 
+def _intended_branch(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors of the oneOf/anyOf branch whose required keys the instance has, if any."""
+    if error.validator not in ("oneOf", "anyOf") or not isinstance(error.instance, dict):
+        return []
+    for index, branch in enumerate(error.validator_value):
+        required = branch.get("required", [])
+        if required and all(key in error.instance for key in required):
+            return [e for e in error.context if e.relative_schema_path[0] == index]
+    return []
+
+
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    """For oneOf/anyOf failures, pick the branch error that explains the most."""
-    if error.context:
+    """For oneOf/anyOf failures, follow the branch the user meant (by its required keys)."""
+    branch = _intended_branch(error)
+    if branch:
+        return _deepest(jsonschema.exceptions.best_match(branch))
+    if error.context and error.validator not in ("oneOf", "anyOf"):
         return _deepest(jsonschema.exceptions.best_match(error.context))
     return error
+
+
+def _forms(error: jsonschema.ValidationError) -> str:
+    """The alternative forms of a oneOf, each named by its required keys."""
+    return "; ".join(
+        " + ".join(branch.get("required", [])) or "?" for branch in error.validator_value
+    )
 
 
 def explain(error: jsonschema.ValidationError, source: str) -> str:
@@ -65,6 +86,8 @@ def explain(error: jsonschema.ValidationError, source: str) -> str:
             )
     if error.validator == "required":
         return f"{source}: missing key at '{where}': {error.message}"
+    if error.validator in ("oneOf", "anyOf"):
+        return f"{source}: '{where}' must have exactly one of these forms: {_forms(error)}"
     if error.validator == "pattern" and error.schema.get("pattern", "").startswith("^[A-Za-z0-9]["):
         return (
             f"{source}: key {error.instance!r} under '{where}' may only use letters, digits, "

@@ -117,15 +117,16 @@ class ImageChunks(torch.utils.data.Dataset):
         chunk = self.chunks[index]
         table = self._row_group(chunk.row_group).slice(chunk.offset, chunk.length)
         ids = table.column(self.id_column).to_pylist()
+        # One full-size decoded image at a time: memory does not grow with the chunk size.
+        decoded = (
+            decode_image(data, image_id, self.source, self.draft_size)
+            for image_id, data in zip(ids, table.column("image").to_pylist(), strict=True)
+        )
         try:
-            images = [
-                decode_image(data, image_id, self.source, self.draft_size)
-                for image_id, data in zip(ids, table.column("image").to_pylist(), strict=True)
-            ]
             if self.pipeline.cacheable:
-                pixels = np.stack([self.pipeline.to_pixels(image) for image in images])
+                pixels = np.stack([self.pipeline.to_pixels(image) for image in decoded])
                 return {"ids": ids, "pixels": torch.from_numpy(pixels)}
-            inputs = torch.stack([self.pipeline.preprocess(image) for image in images])
+            inputs = torch.stack([self.pipeline.preprocess(image) for image in decoded])
             return {"ids": ids, "inputs": inputs}
         except VlbenchError as error:
             return {"ids": ids, "error": str(error)}

@@ -97,7 +97,16 @@ def read_shard_plan(path: str | Path) -> dict[str, Any]:
         return json.load(handle)
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB.
+
+    Reads VmHWM on Linux: `ru_maxrss` would also count the parent's memory at fork time.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     scale = 1 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
 
@@ -277,7 +286,7 @@ def embed_shard(
         "rows": [start, stop],
         "seconds": round(seconds, 3),
         "items_per_second": round((stop - start) / seconds, 2) if seconds > 0 else None,
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "settings": asdict(settings),
         **stats,
     }

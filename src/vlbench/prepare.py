@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import tarfile
+import zipfile
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from vlbench.config import source_kind
 from vlbench.errors import VlbenchError
@@ -12,6 +17,17 @@ from vlbench.sources.download import fetch_snapshot
 from vlbench.sources.writer import write_canonical
 from vlbench.workflow import require_path
 
+# Failures of corrupt or malformed source files, turned into one-line errors.
+UNREADABLE = (
+    pa.ArrowException,
+    OSError,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    csv.Error,
+    UnicodeDecodeError,
+    KeyError,
+    ValueError,
+)
 PROTOCOLS = ("paired", "multi_positive", "taxon_candidates", "zeroshot", "rerank")
 LAYOUT_KEYS = ("format", "config", "subset", "annotations", "images", "archive", "image_name")
 
@@ -62,13 +78,16 @@ def prepare_benchmark(
         )
     else:
         root = require_path(local_dir or source.get("path", ""), f"{where}.path", directory=True)
-    data = layout.load(root, source, settings, where)
-    return write_canonical(
-        data,
-        protocol,
-        out_dir,
-        _provenance({**source, "format": name}, kind, root),
-        image_policy=settings.get("image_policy", "fail"),
-        expected=source.get("expected"),
-        where=f"benchmarks.{benchmark}",
-    )
+    try:
+        data = layout.load(root, source, settings, where)
+        return write_canonical(
+            data,
+            protocol,
+            out_dir,
+            _provenance({**source, "format": name}, kind, root),
+            image_policy=settings.get("image_policy", "fail"),
+            expected=source.get("expected"),
+            where=f"benchmarks.{benchmark}",
+        )
+    except UNREADABLE as exc:
+        raise VlbenchError(f"{where}: cannot read {root} ({type(exc).__name__}: {exc})") from exc

@@ -83,7 +83,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
                     batch.column("correct_taxon").to_pylist(),
                     strict=True,
                 ):
-                    yield ImageRecord(str(query_id), image_bytes(path, 0, image), taxon, str(path))
+                    yield ImageRecord(str(query_id), image_bytes(image), taxon, str(path))
 
     info = {
         "n_queries_with_candidates_outside_their_taxa": mismatched,

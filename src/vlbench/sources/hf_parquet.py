@@ -36,7 +36,7 @@ def check_columns(path: Path, schema: pa.Schema, required: tuple[str, ...], what
         )
 
 
-def image_bytes(path: Path, row: int, value: dict[str, Any] | None) -> bytes:
+def image_bytes(value: dict[str, Any] | None) -> bytes:
     """The encoded bytes of one Image struct value ("" when absent: reported as undecodable)."""
     if value is None or not value.get("bytes"):
         return b""
@@ -66,7 +66,7 @@ def read_paired_files(files: list[Path], caption_column: str = "caption") -> Sou
             for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=["image"]):
                 for value in batch.column("image").to_pylist():
                     yield ImageRecord(
-                        str(offset), image_bytes(path, offset, value), None, f"{path}: row {offset}"
+                        str(offset), image_bytes(value), None, f"{path}: row {offset}"
                     )
                     offset += 1
 

@@ -66,9 +66,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
                 ):
                     if str(image_id) not in seen:
                         seen.add(str(image_id))
-                        yield ImageRecord(
-                            str(image_id), image_bytes(path, 0, image), None, str(path)
-                        )
+                        yield ImageRecord(str(image_id), image_bytes(image), None, str(path))
 
     info = {"n_queries": len(texts), "query_ids": "q<NNNN> in order of first appearance"}
     return SourceData(images(), texts, qrels, candidates, info)

@@ -1,0 +1,83 @@
+"""Killed workflows: SIGKILL at many points, then --rerun-incomplete gives the uninterrupted tables.
+
+Each case sets VLBENCH_CRASH_BEFORE (see vlbench.faults) so that the whole process group,
+Snakemake and every running job, dies just before one output would be renamed into place.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from workflow_helpers import SNAKEFILE, run_in_own_session, small_demo, write_config
+
+from vlbench.faults import CRASH_ENV
+
+# Points spread over embedding, indexing, ranking, metrics and table writing.
+CRASH_POINTS = [
+    "*/results/embeddings/*/image/shard-00000.npy",
+    "*/results/embeddings/*/text/shard-00001.npy",
+    "*/results/embeddings/*/image/shard-00001.json",
+    "*/results/embeddings/*/text.npy",
+    "*/results/embeddings/*/image.ids.parquet",
+    "*/results/index/*/image.faiss",
+    "*/results/ranks/*/image_to_text.parquet",
+    "*/results/ranks/*/text_to_image.parquet",
+    "*/results/metrics/*/text_to_image.csv",
+    "*/results/tables/metrics_full.csv",
+    "*/results/tables/metrics.csv",
+    "*/results/tables/paper/*.tex",
+]
+FINAL_TABLES = ["results/tables/metrics.csv", "results/tables/metrics_full.csv"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_killed_run_resumes_to_identical_tables(
+    point: str, small_demo_run: Path, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_config(workdir, small_demo())
+    killed = run_in_own_session(workdir, env={CRASH_ENV: point})
+    assert killed.returncode == -signal.SIGKILL, (
+        f"the crash point {point} was never reached:\n{killed.stderr[-2000:]}"
+    )
+    # The killed job's outputs are marked incomplete: a plain rerun refuses to build on them.
+    plain = run_in_own_session(workdir, "--dry-run")
+    assert plain.returncode != 0
+    assert "incomplete" in (plain.stdout + plain.stderr).lower()
+    resumed = run_in_own_session(workdir, "--rerun-incomplete")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in FINAL_TABLES:
+        expected = (small_demo_run / name).read_bytes()
+        assert (workdir / name).read_bytes() == expected, f"{name} differs after a kill at {point}"
+    leftovers = [p for p in (workdir / "results").rglob("*.partial") if p.is_file()]
+    assert all(p.name.startswith(".") for p in leftovers)
+
+
+def test_second_invocation_on_the_same_directory_fails_fast(tmp_path: Path) -> None:
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_config(workdir, small_demo())
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
+    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    first = subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        locks = workdir / ".snakemake" / "locks"
+        deadline = time.monotonic() + 120
+        while not (locks.exists() and any(locks.iterdir())):
+            assert first.poll() is None, "the first run ended before taking its lock"
+            assert time.monotonic() < deadline, "the first run never took its lock"
+            time.sleep(0.2)
+        started = time.monotonic()
+        second = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+        assert second.returncode != 0
+        assert "cannot be locked" in (second.stdout + second.stderr).lower()
+        assert time.monotonic() - started < 60
+    finally:
+        first.wait(timeout=600)
+    assert first.returncode == 0
