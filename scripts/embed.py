@@ -45,3 +45,9 @@ with rule_log(snakemake.log[0]) as log:
         record["items_per_second"],
         record.get("pixel_cache", "n/a"),
     )
+    if record.get("texts_at_context_limit"):
+        log.warning(
+            "%d texts fill the whole context of %s tokens: longer ones were truncated",
+            record["texts_at_context_limit"],
+            model.context_length,
+        )

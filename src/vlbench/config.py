@@ -11,6 +11,7 @@ import jsonschema
 import yaml
 
 from vlbench.errors import VlbenchError
+from vlbench.yaml_files import read_yaml_mapping
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -115,17 +116,7 @@ def validate_config(
 
 def read_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a YAML config file."""
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-    except FileNotFoundError as exc:
-        raise VlbenchError(f"config file not found: {path}") from exc
-    except yaml.YAMLError as exc:
-        raise VlbenchError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
-    if not isinstance(data, dict):
-        raise VlbenchError(f"{path}: the top level must be a mapping")
-    return validate_config(data, str(path))
+    return validate_config(read_yaml_mapping(path, "config file"), str(path))
 
 
 def source_kind(source: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 
 from vlbench.errors import VlbenchError
 from vlbench.image_transform import ImagePipeline
@@ -64,17 +64,23 @@ def read_id_range(source: str | Path, id_column: str, start: int, stop: int) -> 
 def decode_image(
     data: bytes, image_id: str, source: Path, draft_size: tuple[int, int] | None = None
 ) -> Image.Image:
-    """Decode encoded bytes to an RGB PIL image, as the reference scripts do (`.convert('RGB')`).
+    """Decode encoded bytes to an RGB PIL image exactly as the reference scripts see them.
 
-    With `draft_size`, a JPEG is decoded at a reduced scale (1/2, 1/4 or 1/8) that keeps both
-    sides at least that large: faster, and not bitwise equal to a full decode.
+    They read images through the `datasets` Image feature, which applies the EXIF orientation
+    when the tag is present, and then call `.convert('RGB')`. With `draft_size`, a JPEG is
+    decoded at a reduced scale (1/2, 1/4 or 1/8) that keeps both sides at least that large:
+    faster, and not bitwise equal to a full decode.
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
             if draft_size is not None and image.format == "JPEG":
                 image.draft(None, draft_size)
+            image.load()
+            if image.getexif().get(ExifTags.Base.Orientation) is not None:
+                transposed = ImageOps.exif_transpose(image)
+                return transposed.convert("RGB")
             return image.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise VlbenchError(f"{source}: image {image_id!r} cannot be decoded ({exc})") from exc
 
 

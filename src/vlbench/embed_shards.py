@@ -290,6 +290,9 @@ def embed_shard(
         "settings": asdict(settings),
         **stats,
     }
+    if modality == "text":
+        # Reference tokenizers cut longer texts at the context length; say how many it touched.
+        record["texts_at_context_limit"] = model.texts_at_context_limit
     write_text(out_provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
     save_embeddings(ids, stored, out_npy, out_ids)
     return record

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vlbench.errors import VlbenchError
+from vlbench.yaml_files import read_yaml_mapping
 
 REFERENCE_COLUMNS = [
     "table",
@@ -153,15 +152,7 @@ def _benchmark_ref(value: Any, where: str) -> BenchmarkRef:
 def read_map(path: str | Path) -> ReferenceMap:
     """Read and check a reference map YAML (see config/reference/map.yaml)."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle) or {}
-    except FileNotFoundError as exc:
-        raise VlbenchError(f"reference map not found: {path}") from exc
-    except yaml.YAMLError as exc:
-        raise VlbenchError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
-    if not isinstance(raw, Mapping):
-        raise VlbenchError(f"{path}: expected a mapping with 'models' and 'benchmarks'")
+    raw = read_yaml_mapping(path, "reference map")
     unknown = sorted(set(raw) - {"models", "benchmarks"})
     if unknown:
         raise VlbenchError(

@@ -49,6 +49,20 @@ def _to_device(tokens: Any, device: torch.device) -> Any:
     return tokens.to(device)
 
 
+def filling_context(tokens: Any) -> int:
+    """How many tokenized texts fill the whole context, i.e. were (or may have been) truncated.
+
+    open_clip pads token tensors with 0; Hugging Face tokenizers mark padding in
+    `attention_mask`; `input_ids` alone are padded with 0 as well.
+    """
+    if isinstance(tokens, Mapping):
+        mask = tokens.get("attention_mask")
+        last = mask[:, -1] == 1 if mask is not None else tokens["input_ids"][:, -1] != 0
+    else:
+        last = tokens[:, -1] != 0
+    return int(last.sum())
+
+
 @dataclass
 class EmbeddingModel:
     """A loaded model with what it needs to turn images and texts into unit vectors.
@@ -69,6 +83,7 @@ class EmbeddingModel:
     context_length: int | None = None
     weights: list[Path] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
+    texts_at_context_limit: int = 0
 
     @contextlib.contextmanager
     def _inference(self) -> Iterator[None]:
@@ -88,7 +103,9 @@ class EmbeddingModel:
 
     def encode_texts(self, texts: list[str]) -> np.ndarray:
         """Tokenize and encode captions; return L2-normalised float32 rows."""
-        tokens = _to_device(self.tokenizer(list(texts)), self.device)
+        tokens = self.tokenizer(list(texts))
+        self.texts_at_context_limit += filling_context(tokens)
+        tokens = _to_device(tokens, self.device)
         with self._inference():
             features = self.model.encode_text(tokens)
         return normalise(features)

@@ -52,14 +52,18 @@ class HfTokenizer:
         self.tokenizer = tokenizer
         self.context_length = context_length
 
-    def __call__(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(
+    def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Pad to and truncate at the context length, as tensors."""
+        return self.tokenizer(
             list(texts),
             padding="max_length",
             truncation=True,
             max_length=self.context_length,
             return_tensors="pt",
         )
+
+    def __call__(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        encoded = self.encode(texts)
         return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
 
 

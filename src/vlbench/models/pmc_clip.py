@@ -30,6 +30,7 @@ from vlbench.errors import VlbenchError
 from vlbench.models import hub
 from vlbench.models.base import EmbeddingModel, check_precision, pick_device
 from vlbench.models.checkpoints import read_state_dict, torch_load
+from vlbench.models.hf_clip import HfTokenizer
 from vlbench.models.transforms import build_image_transform, describe_open_clip
 
 TEXT_MODEL = "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext"
@@ -75,22 +76,11 @@ class PmcClip(nn.Module):
         return hidden[:, 0] @ self.text_projection.to(hidden.dtype)
 
 
-class PmcTokenizer:
+class PmcTokenizer(HfTokenizer):
     """PubMedBERT WordPiece, padded to `context_length` and truncated, as the official code."""
 
-    def __init__(self, tokenizer: Any, context_length: int):
-        self.tokenizer = tokenizer
-        self.context_length = context_length
-
     def __call__(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(
-            list(texts),
-            padding="max_length",
-            truncation=True,
-            max_length=self.context_length,
-            return_tensors="pt",
-        )
-        ids = encoded["input_ids"]
+        ids = self.encode(texts)["input_ids"]
         if not bool((ids[:, 0] == self.tokenizer.cls_token_id).all()):
             raise VlbenchError("PMC-CLIP tokenizer did not put [CLS] first")
         return {"input_ids": ids}

@@ -1,0 +1,249 @@
+"""The bad-input matrix: each row gets a one-line error naming the file, row or key, a recorded
+skip where the policy says skip, or the reference behaviour, never a bare traceback.
+
+Rows tested in other files are listed in MATRIX_ELSEWHERE; `test_matrix_is_complete` keeps
+that list honest.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+from workflow_helpers import REPO, TINY_MODEL_CONFIG
+
+from vlbench.canonical import IMAGES_SCHEMA, read_table
+from vlbench.embed_loader import decode_image
+from vlbench.errors import VlbenchError
+from vlbench.models import load_model, normalise, write_random_checkpoint
+from vlbench.prepare_paired import prepare_paired
+
+SOURCE = Path("bench/images.parquet")
+
+MATRIX_ELSEWHERE = {
+    "duplicate ids": "test_sources_validation.py::test_duplicate_image_ids_fail",
+    "duplicate text ids": "test_sources_validation.py::test_duplicate_text_ids_fail",
+    "judgements pointing at missing ids": (
+        "test_sources_validation.py::test_judgement_naming_an_unknown_item_fails"
+    ),
+    "candidates pointing at missing ids": (
+        "test_sources_validation.py::test_candidate_naming_an_unknown_item_fails"
+    ),
+    "undecodable image skipped and recorded": (
+        "test_prepare_sources.py::test_undecodable_images_fail_by_default_and_are_recorded_when_skipped"
+    ),
+    "config key typo": "test_config.py::test_typo_in_model_key_names_key_and_allowed_ones",
+    "config key typo via snakemake": "test_workflow_e2e.py::test_typo_in_config_is_one_clear_line",
+    "missing local path": (
+        "test_workflow_e2e.py::test_missing_local_source_fails_naming_key_and_path"
+    ),
+    "unreadable parquet": (
+        "test_sources_validation.py::test_a_corrupt_parquet_shard_is_a_one_line_error"
+    ),
+    "hub revision that does not exist": (
+        "test_sources_download.py::test_missing_revision_is_one_line_with_no_retry"
+    ),
+    "path traversal through a key": "test_config.py::test_keys_used_in_paths_are_constrained",
+}
+
+
+def encoded(image: Image.Image, fmt: str, **save: object) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return buffer.getvalue()
+
+
+def gradient(size: tuple[int, int] = (48, 32)) -> Image.Image:
+    x = np.linspace(0, 255, size[0], dtype=np.uint8)
+    y = np.linspace(255, 0, size[1], dtype=np.uint8)
+    red, green = np.meshgrid(x, y)
+    return Image.fromarray(np.stack([red, green, np.full_like(red, 90)], -1))
+
+
+def reference_rgb(data: bytes) -> np.ndarray:
+    """What the reference scripts see: the `datasets` Image feature, then .convert('RGB')."""
+    import datasets
+
+    decoded = datasets.Image().decode_example({"bytes": data, "path": None})
+    return np.asarray(decoded.convert("RGB"))
+
+
+# --- image bytes -----------------------------------------------------------------------------
+
+
+def test_truncated_image_names_the_image() -> None:
+    data = encoded(gradient(), "JPEG")
+    with pytest.raises(VlbenchError, match=r"image 'img-7' cannot be decoded") as info:
+        decode_image(data[: len(data) // 2], "img-7", SOURCE)
+    assert str(SOURCE) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_zero_byte_image_names_the_image() -> None:
+    with pytest.raises(VlbenchError, match="image 'empty' cannot be decoded"):
+        decode_image(b"", "empty", SOURCE)
+
+
+def test_non_image_bytes_name_the_image() -> None:
+    with pytest.raises(VlbenchError, match="image 'text' cannot be decoded"):
+        decode_image(b"<html>not an image</html>", "text", SOURCE)
+
+
+@pytest.mark.parametrize(
+    ("mode", "fmt"),
+    [("CMYK", "JPEG"), ("L", "PNG"), ("L", "JPEG"), ("I;16", "PNG"), ("RGBA", "PNG")],
+)
+def test_unusual_modes_decode_as_the_reference_does(mode: str, fmt: str) -> None:
+    image = gradient()
+    if mode == "I;16":
+        image = Image.fromarray((np.asarray(image.convert("L"), np.uint16) * 200).astype(np.uint16))
+    else:
+        image = image.convert(mode)
+    data = encoded(image, fmt)
+    decoded = decode_image(data, "x", SOURCE)
+    assert decoded.mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(decoded), reference_rgb(data))
+
+
+def test_palette_with_transparency_decodes_as_the_reference_does() -> None:
+    image = gradient().quantize(colors=8)
+    data = encoded(image, "PNG", transparency=0)
+    assert Image.open(io.BytesIO(data)).info.get("transparency") == 0
+    np.testing.assert_array_equal(np.asarray(decode_image(data, "p", SOURCE)), reference_rgb(data))
+
+
+def test_exif_rotated_image_is_turned_upright_like_the_datasets_loader() -> None:
+    image = gradient((48, 32))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    data = encoded(image, "JPEG", exif=exif)
+    decoded = decode_image(data, "rot", SOURCE)
+    assert decoded.size == (32, 48)
+    np.testing.assert_array_equal(np.asarray(decoded), reference_rgb(data))
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims an enormous picture."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+
+
+def test_decompression_bomb_is_refused_by_id() -> None:
+    with pytest.raises(VlbenchError, match=r"(?i)image 'bomb' cannot be decoded.*bomb"):
+        decode_image(bomb_png(40_000, 40_000), "bomb", SOURCE)
+
+
+# --- through a model -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):
+    checkpoint = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    write_random_checkpoint("vlbench-tiny", TINY_MODEL_CONFIG, 0, checkpoint)
+    spec = {
+        "name": "vlbench-tiny",
+        "model_config": str(TINY_MODEL_CONFIG),
+        "pretrained": str(checkpoint),
+    }
+    return load_model(spec)
+
+
+def test_one_pixel_image_embeds(tiny) -> None:
+    data = encoded(Image.new("RGB", (1, 1), (200, 10, 10)), "PNG")
+    pixels = tiny.preprocess(decode_image(data, "dot", SOURCE)).unsqueeze(0)
+    vector = tiny.encode_images(pixels)
+    assert vector.shape == (1, 64)
+    assert np.isfinite(vector).all() and np.linalg.norm(vector) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_longer_than_context_caption_is_truncated_and_counted(tiny) -> None:
+    tiny.texts_at_context_limit = 0
+    long_caption = " ".join(["hepatocyte"] * 500)
+    vectors = tiny.encode_texts([long_caption, "a short caption"])
+    assert vectors.shape == (2, 64) and np.isfinite(vectors).all()
+    assert tiny.texts_at_context_limit == 1
+
+
+def test_non_ascii_caption_embeds_distinctly(tiny) -> None:
+    vectors = tiny.encode_texts(["Zellkern mit Färbung – 40× μm", "Zellkern mit Farbung - 40x um"])
+    assert np.isfinite(vectors).all()
+    assert not np.allclose(vectors[0], vectors[1])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_or_infinite_embeddings_are_refused(bad: float) -> None:
+    with pytest.raises(VlbenchError, match="NaN or infinite"):
+        normalise(torch.tensor([[0.5, 0.5], [bad, 1.0]]))
+
+
+@pytest.mark.parametrize(
+    ("name", "pretrained"), [("ViT-Nonexistent-99", None), ("ViT-B-32", "no_such_tag_2020")]
+)
+def test_unknown_model_name_or_tag_is_one_line(name: str, pretrained: str | None) -> None:
+    spec = {"name": name} | ({"pretrained": pretrained} if pretrained else {})
+    with pytest.raises(VlbenchError) as info:
+        load_model(spec)
+    assert "\n" not in str(info.value)
+    assert (pretrained or name) in str(info.value)
+
+
+# --- captions and tables ---------------------------------------------------------------------
+
+
+def paired_source(tmp_path: Path, captions: list[str | None]) -> list[Path]:
+    path = tmp_path / "data" / "test-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True)
+    image = {"bytes": encoded(gradient(), "PNG"), "path": "a.png"}
+    schema = pa.schema(
+        [
+            ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+            ("caption", pa.string()),
+        ]
+    )
+    columns = {"image": [image] * len(captions), "caption": captions}
+    pq.write_table(pa.table(columns, schema=schema), path)
+    return [path]
+
+
+@pytest.mark.parametrize("caption", ["", "   \t\n"])
+def test_empty_or_whitespace_caption_names_the_row(tmp_path: Path, caption: str) -> None:
+    files = paired_source(tmp_path, ["fine", "also fine", caption])
+    with pytest.raises(VlbenchError, match="row 2: the caption is empty"):
+        prepare_paired(files, tmp_path / "out", {})
+
+
+def test_empty_benchmark_is_an_error(tmp_path: Path) -> None:
+    files = paired_source(tmp_path, [])
+    with pytest.raises(VlbenchError, match="the benchmark has no images"):
+        prepare_paired(files, tmp_path / "out", {})
+    assert not (tmp_path / "out" / "images.parquet").exists()
+
+
+def test_unreadable_canonical_parquet_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "images.parquet"
+    path.write_bytes(b"PAR1 this is not really parquet")
+    with pytest.raises(VlbenchError, match=r"images\.parquet: not a readable parquet file"):
+        read_table(path, IMAGES_SCHEMA)
+
+
+def test_matrix_is_complete() -> None:
+    """Every row tested elsewhere names a test that exists."""
+    for row, reference in MATRIX_ELSEWHERE.items():
+        file_name, test_name = reference.split("::")
+        tree = ast.parse((REPO / "tests" / file_name).read_text())
+        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert test_name in names, f"matrix row {row!r}: {reference} is missing"
