@@ -50,6 +50,7 @@ def test_array_and_weight_loads_refuse_pickle(path: Path) -> None:
         if name == "torch.load":
             assert keyword(node, "weights_only") == "True", f"{path}: {ast.unparse(node)}"
         assert name not in {"pd.read_pickle", "torch.jit.load", "eval", "exec"}, ast.unparse(node)
+        assert keyword(node, "trust_remote_code") in (None, "False"), ast.unparse(node)
 
 
 def test_numpy_load_rejects_an_object_array(tmp_path: Path) -> None:
