@@ -80,7 +80,7 @@ def run_in_own_session(
     workdir: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """Run the workflow on workdir/config.yaml in its own process group (killable as a whole)."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
     command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *extra]
     return subprocess.run(
         command,

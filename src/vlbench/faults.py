@@ -15,7 +15,7 @@ CRASH_ENV = "VLBENCH_CRASH_BEFORE"
 
 
 def crash_point(path: str) -> None:
-    """SIGKILL the process group if `path` matches the pattern in VLBENCH_CRASH_BEFORE."""
+    """SIGKILL the process group if `path` (made absolute) matches VLBENCH_CRASH_BEFORE."""
     pattern = os.environ.get(CRASH_ENV)
-    if pattern and fnmatch.fnmatch(path, pattern):
+    if pattern and fnmatch.fnmatch(os.path.abspath(path), pattern):
         os.killpg(os.getpgrp(), signal.SIGKILL)
