@@ -28,7 +28,7 @@ CRASH_POINTS = [
     "*/results/ranks/*/text_to_image.parquet",
     "*/results/metrics/*/text_to_image.csv",
     "*/results/tables/metrics.csv",
-    "*/results/tables/paper/*.tex",
+    "*/results/tables/*.html",
 ]
 FINAL_TABLES = ["results/tables/metrics.csv", "results/tables/metrics_full.csv"]
 

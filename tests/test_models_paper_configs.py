@@ -36,10 +36,19 @@ def test_models_block_validates_against_the_schema(table: str) -> None:
 
 
 @pytest.mark.parametrize(("table", "key", "spec"), list(model_cases()))
-def test_every_entry_passes_the_guards_and_stops_only_at_a_missing_pin_or_file(table, key, spec):
-    with pytest.raises(VlbenchError, match=r"is not pinned|checkpoint file not found") as error:
+def test_every_entry_passes_the_guards_and_stops_only_at_a_missing_pin_or_file(
+    table, key, spec, monkeypatch
+):
+    """Offline, an entry stops at a missing pin or file, or (pinned) at the download itself."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    expected = r"is not pinned|checkpoint file not found|download failed"
+    with pytest.raises(VlbenchError, match=expected) as error:
         load_model(spec, torch.device("cpu"))
     assert "QuickGELU" not in str(error.value)
+    if "download failed" in str(error.value):
+        assert not unpinned(spec), "an unpinned entry must stop before any download"
 
 
 @pytest.mark.parametrize(("table", "key", "spec"), list(model_cases()))
