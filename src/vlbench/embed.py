@@ -26,8 +26,8 @@ from vlbench.embed_shards import (
     shard_ranges,
 )
 from vlbench.errors import VlbenchError
+from vlbench.hashing import file_sha256
 from vlbench.models import EmbeddingModel, model_provenance
-from vlbench.models.checkpoints import file_sha256
 
 __all__ = [
     "EmbedSettings",

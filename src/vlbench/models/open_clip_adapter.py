@@ -16,9 +16,10 @@ import torch
 
 from vlbench.atomic import atomic_path
 from vlbench.errors import VlbenchError
+from vlbench.hashing import file_sha256
 from vlbench.models import hub, quickgelu
 from vlbench.models.base import EmbeddingModel, check_precision, pick_device
-from vlbench.models.checkpoints import checkpoint_keys, file_sha256, read_state_dict
+from vlbench.models.checkpoints import checkpoint_keys, read_state_dict
 from vlbench.models.projections import (
     DEFAULT_IMAGE_PROJECTION,
     check_choice,

@@ -6,8 +6,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from vlbench.hashing import file_sha256
 from vlbench.models.base import EmbeddingModel
-from vlbench.models.checkpoints import file_sha256
 
 LIBRARIES = ("torch", "torchvision", "open_clip_torch", "transformers", "timm", "numpy", "pillow")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from vlbench.errors import VlbenchError
+from vlbench.hashing import file_sha256
 
 T = TypeVar("T")
 LOG = logging.getLogger("vlbench")
@@ -82,15 +82,6 @@ def with_retries(
             LOG.warning("download attempt %d failed (%s); retrying in %.0f s", attempt, exc, delay)
             sleep(delay)
     raise AssertionError("unreachable")
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """The sha256 hex digest of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify_files(root: Path, expected_sha256: dict[str, str]) -> int:
