@@ -39,9 +39,10 @@ import torch
 from PIL import Image
 
 from vlbench.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
-from vlbench.embed import embed_modality_sharded, load_embeddings
+from vlbench.embed import embed_modality_sharded
 from vlbench.embed_shards import EmbedSettings, embed_rows
 from vlbench.models import load_open_clip
+from vlbench.shard_files import load_embeddings
 from vlbench.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,10 +4,11 @@ import os
 from pathlib import Path
 
 from vlbench.embed import EmbedSettings, model_record
-from vlbench.embed_shards import embed_shard, read_shard_plan
+from vlbench.embed_shards import embed_shard
 from vlbench.gpu_slots import claim_gpu
 from vlbench.models import load_model
 from vlbench.rule_log import rule_log
+from vlbench.shard_files import read_shard_plan
 
 with rule_log(snakemake.log[0]) as log:
     # Locally Snakemake sets no CUDA_VISIBLE_DEVICES: lock a GPU of our own before CUDA starts.

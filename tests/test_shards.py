@@ -13,15 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vlbench import embed_shards
-from vlbench.embed import embed_modality_sharded, load_embeddings
-from vlbench.embed_shards import (
-    EmbedSettings,
+from vlbench.embed import embed_modality_sharded
+from vlbench.embed_shards import EmbedSettings
+from vlbench.errors import VlbenchError
+from vlbench.shard_files import (
     gather_shards,
+    load_embeddings,
     read_shard_plan,
     shard_ranges,
     write_shard_plan,
 )
-from vlbench.errors import VlbenchError
 
 ROWS = 13
 

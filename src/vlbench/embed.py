@@ -18,36 +18,18 @@ import pyarrow.parquet as pq
 import torch
 
 from vlbench.embed_loader import decode_image
-from vlbench.embed_shards import (
-    EmbedSettings,
-    embed_shard,
-    gather_shards,
-    shard_name,
-    shard_ranges,
-)
-from vlbench.errors import VlbenchError
+from vlbench.embed_shards import EmbedSettings, embed_shard
 from vlbench.hashing import file_sha256
 from vlbench.models import EmbeddingModel, model_provenance
+from vlbench.shard_files import gather_shards, shard_name, shard_ranges
 
 __all__ = [
     "EmbedSettings",
     "decode_image",
     "embed_modality_sharded",
     "file_sha256",
-    "load_embeddings",
     "model_record",
 ]
-
-
-def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a matrix (stored float32 or float16, returned float32) and its ids; check lengths."""
-    matrix = np.load(npy_path, allow_pickle=False)
-    ids = np.asarray(pq.read_table(ids_path).column("id").to_pylist(), dtype=object)
-    if matrix.ndim != 2 or matrix.shape[0] != len(ids):
-        raise VlbenchError(
-            f"{npy_path}: {matrix.shape} rows do not match the {len(ids)} ids in {ids_path}"
-        )
-    return matrix.astype(np.float32, copy=False), ids
 
 
 def model_record(

@@ -13,7 +13,6 @@ from functools import lru_cache
 
 import numpy as np
 import polars as pl
-from scipy.special import gammaln
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,8 @@ class QueryRanks:
 
 
 def _log_comb(n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln  # imported here: ranking jobs never need it
+
     return gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
 
 

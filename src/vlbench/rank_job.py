@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
 from vlbench.canonical import ID_COLUMNS, read_candidates, read_qrels
-from vlbench.embed import load_embeddings
 from vlbench.errors import VlbenchError
 from vlbench.evaluation import Side, normalise_rows, rank_protocol
 from vlbench.index import read_index_vectors
 from vlbench.ranking import TiePolicy
 from vlbench.retrieval import DIRECTIONS
+from vlbench.shard_files import load_embeddings
 
 
 def read_groups(canonical_path: str | Path, modality: str, ids: np.ndarray) -> np.ndarray | None:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 # Resamples drawn at once, so memory stays at _CHUNK x n_queries values.
 _CHUNK = 64
@@ -18,6 +17,8 @@ def t_interval(outcomes: np.ndarray, confidence: float = 0.95) -> tuple[float, f
     ``scipy.stats.t.interval(confidence, n - 1, loc=mean, scale=sem)``; a zero standard error
     (every outcome equal) or a single query gives the point estimate as both bounds.
     """
+    from scipy import stats  # imported here: ranking jobs import this module but never need it
+
     values = np.asarray(outcomes, dtype=np.float64)
     mean = float(values.mean())
     if len(values) < 2:

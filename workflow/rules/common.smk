@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from vlbench.config import source_kind, validate_config
-from vlbench.embed_shards import read_shard_plan
+from vlbench.shard_files import read_shard_plan
 from vlbench.errors import VlbenchError
 from vlbench.retrieval import DIRECTIONS
 from vlbench.targets import metrics_extra_targets

@@ -4,42 +4,41 @@
 tags, `hf-hub:` repos pinned to a commit, `local-dir:` folders, local checkpoints, custom
 architecture JSONs), `pmc_clip` (PMC-CLIP's official architecture and checkpoint files) and
 `hf_clip` (transformers CLIP-family models open_clip cannot load).
+
+Names are imported on first use, so planning code (which only reads specs) does not import
+torch.
 """
 
-from vlbench.models.base import PRECISIONS, EmbeddingModel, normalise, pick_device
-from vlbench.models.dispatch import (
-    ADAPTERS,
-    hub_pins,
-    load_model,
-    local_paths,
-    unpinned,
-    weights_files,
-)
-from vlbench.models.open_clip_adapter import (
-    load_open_clip,
-    looks_like_path,
-    register_model_config,
-    write_random_checkpoint,
-)
-from vlbench.models.provenance import library_versions, model_provenance
-from vlbench.models.transforms import build_image_transform
+from __future__ import annotations
 
-__all__ = [
-    "ADAPTERS",
-    "PRECISIONS",
-    "EmbeddingModel",
-    "build_image_transform",
-    "hub_pins",
-    "library_versions",
-    "load_model",
-    "load_open_clip",
-    "local_paths",
-    "looks_like_path",
-    "model_provenance",
-    "normalise",
-    "pick_device",
-    "register_model_config",
-    "unpinned",
-    "weights_files",
-    "write_random_checkpoint",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "PRECISIONS": "base",
+    "EmbeddingModel": "base",
+    "normalise": "base",
+    "pick_device": "base",
+    "ADAPTERS": "dispatch",
+    "hub_pins": "dispatch",
+    "load_model": "dispatch",
+    "local_paths": "dispatch",
+    "unpinned": "dispatch",
+    "weights_files": "dispatch",
+    "looks_like_path": "hub",
+    "load_open_clip": "open_clip_adapter",
+    "register_model_config": "open_clip_adapter",
+    "write_random_checkpoint": "open_clip_adapter",
+    "library_versions": "provenance",
+    "model_provenance": "provenance",
+    "build_image_transform": "transforms",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines `name` when it is first asked for."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

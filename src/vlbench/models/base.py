@@ -71,7 +71,8 @@ class EmbeddingModel:
     what `encode_text` takes. `image_transform` describes `preprocess` (see
     `vlbench.models.transforms`), so pixels can be cached once per transform.
     `weights` are the files the weights were read from; `source` records where they came
-    from (adapter, hub repo and resolved commit).
+    from (adapter, hub repo and resolved commit). `padding_trimmed_text_encoder`, where the
+    text tower allows it, encodes tokens without their padding (`vlbench.models.causal_text`).
     """
 
     model: torch.nn.Module
@@ -84,6 +85,7 @@ class EmbeddingModel:
     weights: list[Path] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
     texts_at_context_limit: int = 0
+    padding_trimmed_text_encoder: Callable[[Any], torch.Tensor] | None = None
 
     @contextlib.contextmanager
     def _inference(self) -> Iterator[None]:
@@ -101,11 +103,24 @@ class EmbeddingModel:
             features = self.model.encode_image(pixels.to(self.device, non_blocking=True))
         return normalise(features)
 
-    def encode_texts(self, texts: list[str]) -> np.ndarray:
-        """Tokenize and encode captions; return L2-normalised float32 rows."""
+    def trims_text_padding(self, allowed: bool = True) -> bool:
+        """Whether `encode_texts(..., trim_padding=allowed)` skips the padding."""
+        return allowed and self.padding_trimmed_text_encoder is not None
+
+    def encode_texts(self, texts: list[str], trim_padding: bool = True) -> np.ndarray:
+        """Tokenize and encode captions; return L2-normalised float32 rows.
+
+        With `trim_padding`, a causal text tower runs each text only up to its last token
+        (same embeddings, up to float rounding); other towers always run the full context.
+        """
         tokens = self.tokenizer(list(texts))
         self.texts_at_context_limit += filling_context(tokens)
         tokens = _to_device(tokens, self.device)
+        encode = (
+            self.padding_trimmed_text_encoder
+            if self.trims_text_padding(trim_padding)
+            else self.model.encode_text
+        )
         with self._inference():
-            features = self.model.encode_text(tokens)
+            features = encode(tokens)
         return normalise(features)

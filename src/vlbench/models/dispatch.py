@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vlbench.errors import VlbenchError
 from vlbench.models import hub
-from vlbench.models.base import EmbeddingModel
+from vlbench.models.hub import looks_like_path
+
+if TYPE_CHECKING:
+    import torch
+
+    from vlbench.models.base import EmbeddingModel
 
 ADAPTERS = ("open_clip", "pmc_clip", "hf_clip")
 
@@ -86,8 +89,6 @@ def hub_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if adapter == "open_clip" and schema is None and spec.get("pretrained"):
         from open_clip.pretrained import get_pretrained_cfg
 
-        from vlbench.models.open_clip_adapter import looks_like_path
-
         if looks_like_path(spec["pretrained"]):
             return []
         cfg = get_pretrained_cfg(name, spec["pretrained"])
@@ -108,8 +109,6 @@ def unpinned(spec: Mapping[str, Any]) -> list[str]:
 
 def local_paths(spec: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
     """(spec key, path, is a directory) for every local file or folder the spec reads."""
-    from vlbench.models.open_clip_adapter import looks_like_path
-
     adapter = adapter_of(spec)
     paths: list[tuple[str, str, bool]] = []
     name = spec.get("name", "")

@@ -11,6 +11,14 @@ HF_HUB_PREFIX = "hf-hub:"
 LOCAL_DIR_PREFIX = "local-dir:"
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 REPO_TYPES = ("model", "dataset")
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
+
+
+def looks_like_path(pretrained: str) -> bool:
+    """Whether a `pretrained` string names a local file rather than an open_clip tag."""
+    if pretrained.startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX)):
+        return False
+    return "/" in pretrained or pretrained.endswith(CHECKPOINT_SUFFIXES)
 
 
 def split_schema(identifier: str) -> tuple[str | None, str]:

@@ -19,7 +19,9 @@ from vlbench.errors import VlbenchError
 from vlbench.hashing import file_sha256
 from vlbench.models import hub, quickgelu
 from vlbench.models.base import EmbeddingModel, check_precision, pick_device
+from vlbench.models.causal_text import PaddingTrimmedTextEncoder, is_causal_clip_text_tower
 from vlbench.models.checkpoints import checkpoint_keys, read_state_dict
+from vlbench.models.hub import looks_like_path
 from vlbench.models.projections import (
     DEFAULT_IMAGE_PROJECTION,
     check_choice,
@@ -28,7 +30,6 @@ from vlbench.models.projections import (
 )
 from vlbench.models.transforms import build_image_transform, describe_open_clip
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
 CONFIG_NAME = "open_clip_config.json"
 # Weight file names in an open_clip hub repository, most preferred first (as open_clip does).
 WEIGHT_NAMES = (
@@ -44,13 +45,6 @@ WEIGHT_NAMES = (
 # What a pinned snapshot of an open_clip hub repository needs besides the weights.
 REPO_SMALL_FILES = [CONFIG_NAME, "*.txt", "tokenizer*", "special_tokens_map.json", "*.model"]
 PREPROCESS_KEYS = ("mean", "std", "interpolation", "resize_mode", "fill_color")
-
-
-def looks_like_path(pretrained: str) -> bool:
-    """Whether a `pretrained` string names a local file rather than an open_clip tag."""
-    if pretrained.startswith((hub.HF_HUB_PREFIX, hub.LOCAL_DIR_PREFIX)):
-        return False
-    return "/" in pretrained or pretrained.endswith(CHECKPOINT_SUFFIXES)
 
 
 def register_model_config(name: str, model_config: str | Path) -> None:
@@ -338,6 +332,9 @@ def load_open_clip(spec: Mapping[str, Any], device: torch.device | None = None) 
         context_length=tokenizer.context_length,
         weights=[source.checkpoint],
         source=source.record,
+        padding_trimmed_text_encoder=(
+            PaddingTrimmedTextEncoder(model) if is_causal_clip_text_tower(model) else None
+        ),
     )
 
 
