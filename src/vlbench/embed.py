@@ -19,7 +19,7 @@ import torch
 
 from vlbench.embed_loader import decode_image
 from vlbench.embed_shards import EmbedSettings, embed_shard
-from vlbench.hashing import file_sha256
+from vlbench.hashing import weights_sha256
 from vlbench.models import EmbeddingModel, model_provenance
 from vlbench.shard_files import gather_shards, shard_name, shard_ranges
 
@@ -27,7 +27,6 @@ __all__ = [
     "EmbedSettings",
     "decode_image",
     "embed_modality_sharded",
-    "file_sha256",
     "model_record",
 ]
 
@@ -39,7 +38,7 @@ def model_record(
     import open_clip
 
     pretrained = model_spec.get("pretrained")
-    weights = file_sha256(pretrained) if pretrained and Path(pretrained).is_file() else None
+    weights = weights_sha256(pretrained) if pretrained and Path(pretrained).is_file() else None
     record = model_provenance(model, batch_size)
     versions = {
         **record.pop("versions", {}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -13,3 +14,19 @@ def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_of_version(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
+
+
+def weights_sha256(path: str | Path) -> str:
+    """`file_sha256` computed once per process for each version (size, mtime) of a file.
+
+    A model job checks and records its weights' checksum in several places; large weights
+    take seconds to hash each time.
+    """
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _sha256_of_version(str(resolved), stat.st_size, stat.st_mtime_ns)

@@ -16,7 +16,7 @@ import torch
 
 from vlbench.atomic import atomic_path
 from vlbench.errors import VlbenchError
-from vlbench.hashing import file_sha256
+from vlbench.hashing import weights_sha256
 from vlbench.models import hub, quickgelu
 from vlbench.models.base import EmbeddingModel, check_precision, pick_device
 from vlbench.models.causal_text import PaddingTrimmedTextEncoder, is_causal_clip_text_tower
@@ -200,7 +200,7 @@ def resolve_open_clip(spec: Mapping[str, Any]) -> OpenClipSource:
         checkpoint = Path(pretrained)
         if not checkpoint.is_file():
             raise VlbenchError(f"model {name}: checkpoint file not found: {pretrained}")
-        quickgelu.check_local_checkpoint(name, model_cfg, checkpoint, file_sha256(checkpoint))
+        quickgelu.check_local_checkpoint(name, model_cfg, checkpoint, weights_sha256(checkpoint))
         return OpenClipSource(name, checkpoint, model_cfg, None, record)
 
     from open_clip.pretrained import get_pretrained_cfg, list_pretrained_tags_by_model

@@ -6,7 +6,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from vlbench.hashing import file_sha256
+from vlbench.hashing import weights_sha256
 from vlbench.models.base import EmbeddingModel
 
 LIBRARIES = ("torch", "torchvision", "open_clip_torch", "transformers", "timm", "numpy", "pillow")
@@ -28,7 +28,7 @@ def model_provenance(model: EmbeddingModel, batch_size: int | None = None) -> di
     return {
         "source": dict(model.source),
         "weights": [
-            {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
+            {"path": str(path), "sha256": weights_sha256(path), "bytes": path.stat().st_size}
             for path in model.weights
         ],
         "precision": model.precision,
