@@ -8,7 +8,9 @@ b) end-to-end wall time of the vlbench workflow for 3 random-weight models shari
    transform (ViT-B-32, ViT-B-16, ViT-S-32, saved as open_clip checkpoints) vs 3
    `clip_benchmark eval` runs on a local webdataset of the same pairs; Recall@k must match;
 c) peak RSS of the embedding step at two dataset sizes;
-d) float16 storage and draft decoding: their effect on Recall@k.
+d) float16 storage and draft decoding: their effect on Recall@k;
+e) model-only forward time per model (images, texts at full context and trimmed): the floor
+   under any tool running the same fp32 forward passes, to read (b) against.
 
     .venv/bin/python benchmarks/embed.py --pairs 2000 --rss-sizes 2000 20000
 
@@ -230,6 +232,50 @@ def bench_throughput(
     return results
 
 
+def forward_ms_per_item(
+    model: Any, images: list[bytes], texts: list[str], batch: int
+) -> dict[str, float]:
+    """Milliseconds per item of the bare forward: images, texts full-context and trimmed."""
+    pixels = torch.stack(
+        [model.preprocess(Image.open(io.BytesIO(blob)).convert("RGB")) for blob in images]
+    )
+    model.encode_images(pixels[:2])
+    model.encode_texts(texts[:2])
+    passes = {
+        "image": lambda chunk: model.encode_images(pixels[chunk]),
+        "text_full_context": lambda chunk: model.encode_texts(texts[chunk], False),
+        "text_trimmed": lambda chunk: model.encode_texts(texts[chunk], True),
+    }
+    timing = {}
+    for label, run in passes.items():
+        began = time.perf_counter()
+        for start in range(0, len(images), batch):
+            run(slice(start, start + batch))
+        timing[label] = (time.perf_counter() - began) / len(images) * 1000
+    return timing
+
+
+def bench_forward_floor(
+    data: Path, checkpoints: dict[str, Path], items: int, batch: int, pairs: int
+) -> dict[str, Any]:
+    """(e) model-only forward time per model: images, texts at full context, texts trimmed.
+
+    No decoding, no files, no process start-up: the floor under any tool that runs the same
+    fp32 forward passes over `pairs` pairs. Decoding each image once comes on top.
+    """
+    images = pq.read_table(data / "images.parquet").slice(0, items).column("image").to_pylist()
+    texts = pq.read_table(data / "texts.parquet").slice(0, items).column("text").to_pylist()
+    out: dict[str, Any] = {"items": items, "batch_size": batch, "pairs": pairs}
+    floor = 0.0
+    for key, path in checkpoints.items():
+        model = load_open_clip({"name": MODELS[key], "pretrained": str(path)})
+        timing = forward_ms_per_item(model, images, texts, batch)
+        out[key] = timing
+        floor += pairs * (timing["image"] + timing["text_trimmed"]) / 1000
+    out["floor_seconds"] = floor
+    return out
+
+
 def bench_decode(source: Path, model: Any, images: int) -> dict[str, float]:
     """Decode + geometric transform alone: full vs draft JPEG decoding, images/s."""
     from vlbench.embed_loader import decode_image
@@ -429,7 +475,10 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--demo", type=Path, help="a finished demo-config run directory")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks/runs/embed")
-    parser.add_argument("--parts", default="abcd")
+    parser.add_argument("--parts", default="abcde")
+    parser.add_argument(
+        "--clip-first", action="store_true", help="(b): run clip_benchmark before the workflow"
+    )
     args = parser.parse_args()
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -456,12 +505,17 @@ def main() -> None:
     run_dir = work / "vlbench-run"
     if "b" in args.parts:
         config = workflow_config(work / "hub", checkpoints, batch, workers)
+        if args.clip_first:
+            theirs_seconds, theirs = run_clip_benchmark(
+                work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
+            )
         seconds = run_vlbench(run_dir, config)
         ours = vlbench_recalls(run_dir)
-        theirs_seconds, theirs = run_clip_benchmark(
-            work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
-        )
-        results["b"] = {
+        if not args.clip_first:
+            theirs_seconds, theirs = run_clip_benchmark(
+                work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
+            )
+        results["b" + ("_clip_first" if args.clip_first else "")] = {
             "vlbench_seconds": seconds,
             "clip_benchmark_seconds": theirs_seconds,
             "speedup": theirs_seconds / seconds,
@@ -470,7 +524,7 @@ def main() -> None:
             "clip_benchmark_recall": theirs,
             "recall_identical": same_hits(ours, theirs, args.pairs),
         }
-        print(json.dumps(results["b"], indent=1), flush=True)
+        print(json.dumps(results["b" + ("_clip_first" if args.clip_first else "")]), flush=True)
     if "c" in args.parts:
         results["c"] = bench_rss(work, args.rss_sizes, args.rss_width, args.rss_height)
         print(json.dumps(results["c"], indent=1), flush=True)
@@ -479,6 +533,16 @@ def main() -> None:
             run_dir, work / "canonical", checkpoints["vit-b-32"], batch, work, args.demo
         )
         print(json.dumps(results["d"], indent=1), flush=True)
+    if "e" in args.parts:
+        results["e"] = bench_forward_floor(
+            work / "canonical", checkpoints, min(args.forward_images, args.pairs), batch,
+            args.pairs,
+        )  # fmt: skip
+        if "b" in results:
+            results["e"]["clip_benchmark_seconds_over_floor"] = (
+                results["b"]["clip_benchmark_seconds"] / results["e"]["floor_seconds"]
+            )
+        print(json.dumps(results["e"], indent=1), flush=True)
     results[f"machine_end_{args.parts}"] = machine()
     results[f"total_seconds_{args.parts}"] = time.perf_counter() - began
     (work / "results.json").write_text(json.dumps(results, indent=2))
