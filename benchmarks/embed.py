@@ -44,7 +44,7 @@ from vlbench.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.embed import embed_modality_sharded
 from vlbench.embed_shards import EmbedSettings, embed_rows
 from vlbench.models import load_open_clip
-from vlbench.shard_files import load_embeddings
+from vlbench.shard_files import load_embeddings, read_snakemake_benchmark
 from vlbench.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 
 REPO = Path(__file__).resolve().parents[1]
@@ -336,8 +336,7 @@ def rule_seconds(run_dir: Path) -> dict[str, float]:
     for path in sorted((run_dir / "results" / "timings").rglob("*.tsv")):
         parts = path.relative_to(run_dir / "results" / "timings").parts
         key = "/".join((*parts[:2], parts[3])) if parts[0] == "embed_shard" else parts[0]
-        seconds = float(path.read_text().splitlines()[-1].split("\t")[0])
-        out[key] = round(out.get(key, 0.0) + seconds, 2)
+        out[key] = round(out.get(key, 0.0) + read_snakemake_benchmark(path)["s"], 2)
     return out
 
 
@@ -505,17 +504,19 @@ def main() -> None:
     run_dir = work / "vlbench-run"
     if "b" in args.parts:
         config = workflow_config(work / "hub", checkpoints, batch, workers)
+        clip_dir = work / "clip_benchmark"
         if args.clip_first:
             theirs_seconds, theirs = run_clip_benchmark(
-                work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
+                work / "wds", checkpoints, batch, workers, clip_dir
             )
         seconds = run_vlbench(run_dir, config)
         ours = vlbench_recalls(run_dir)
         if not args.clip_first:
             theirs_seconds, theirs = run_clip_benchmark(
-                work / "wds", checkpoints, batch, workers, work / "clip_benchmark"
+                work / "wds", checkpoints, batch, workers, clip_dir
             )
-        results["b" + ("_clip_first" if args.clip_first else "")] = {
+        key = "b_clip_first" if args.clip_first else "b"
+        results[key] = {
             "vlbench_seconds": seconds,
             "clip_benchmark_seconds": theirs_seconds,
             "speedup": theirs_seconds / seconds,
@@ -524,7 +525,7 @@ def main() -> None:
             "clip_benchmark_recall": theirs,
             "recall_identical": same_hits(ours, theirs, args.pairs),
         }
-        print(json.dumps(results["b" + ("_clip_first" if args.clip_first else "")]), flush=True)
+        print(json.dumps(results[key], indent=1), flush=True)
     if "c" in args.parts:
         results["c"] = bench_rss(work, args.rss_sizes, args.rss_width, args.rss_height)
         print(json.dumps(results["c"], indent=1), flush=True)

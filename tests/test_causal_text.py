@@ -18,6 +18,7 @@ from vlbench.models.causal_text import (
     PaddingTrimmedTextEncoder,
     bucketed_lengths,
     is_causal_clip_text_tower,
+    padding_trimmed_text_encoder,
 )
 from vlbench.models.open_clip_adapter import write_random_checkpoint
 
@@ -108,6 +109,7 @@ def test_towers_that_see_their_padding_are_not_trimmed() -> None:
         text_cfg={**TEXT_CFG, "no_causal_mask": True, "pool_type": "last"},
     )
     assert not is_causal_clip_text_tower(bidirectional)
+    assert padding_trimmed_text_encoder(bidirectional) is None
     last_token = seeded_clip(0)
     last_token.text_pool_type = "last"
     assert not is_causal_clip_text_tower(last_token)
@@ -143,7 +145,8 @@ def test_shard_provenance_says_whether_padding_was_trimmed(tmp_path: Path) -> No
     texts = tmp_path / "texts.parquet"
     write_texts(texts, 9, row_group_size=4)
     model = tiny_model()
-    model.padding_trimmed_text_encoder = PaddingTrimmedTextEncoder(model.model)
+    model.padding_trimmed_text_encoder = padding_trimmed_text_encoder(model.model)
+    assert model.padding_trimmed_text_encoder is not None
     records = {}
     matrices = {}
     for trim in (True, False):

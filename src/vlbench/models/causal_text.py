@@ -37,6 +37,11 @@ def is_causal_clip_text_tower(model: torch.nn.Module) -> bool:
     return tuple(mask.shape) == (size, size) and torch.equal(mask.float(), causal)
 
 
+def padding_trimmed_text_encoder(model: torch.nn.Module) -> PaddingTrimmedTextEncoder | None:
+    """The trimmed encoder for a causal CLIP text tower; None for any other model."""
+    return PaddingTrimmedTextEncoder(model) if is_causal_clip_text_tower(model) else None
+
+
 def bucketed_lengths(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """Per text, its length up to the last non-padding token, rounded up to the bucket."""
     positions = torch.arange(1, tokens.shape[1] + 1, device=tokens.device)

@@ -19,7 +19,7 @@ from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
 from vlbench.models import hub, quickgelu
 from vlbench.models.base import EmbeddingModel, check_precision, pick_device
-from vlbench.models.causal_text import PaddingTrimmedTextEncoder, is_causal_clip_text_tower
+from vlbench.models.causal_text import padding_trimmed_text_encoder
 from vlbench.models.checkpoints import checkpoint_keys, read_state_dict
 from vlbench.models.hub import looks_like_path
 from vlbench.models.projections import (
@@ -332,9 +332,7 @@ def load_open_clip(spec: Mapping[str, Any], device: torch.device | None = None) 
         context_length=tokenizer.context_length,
         weights=[source.checkpoint],
         source=source.record,
-        padding_trimmed_text_encoder=(
-            PaddingTrimmedTextEncoder(model) if is_causal_clip_text_tower(model) else None
-        ),
+        padding_trimmed_text_encoder=padding_trimmed_text_encoder(model),
     )
 
 
