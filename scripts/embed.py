@@ -22,14 +22,20 @@ with rule_log(snakemake.log[0]) as log:
         os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
     start, stop = read_shard_plan(snakemake.input.plan)["shards"][snakemake.wildcards.shard]
+    # Result keys come as params; speed knobs (RUN_TIME_KEYS) from the config, so that
+    # changing them reruns nothing.
     settings = EmbedSettings.from_config(
         snakemake.wildcards.benchmark,
-        snakemake.params.embedding,
+        {**snakemake.config["embedding"], **snakemake.params.embedding},
         pixel_cache_dir=snakemake.params.pixel_cache_dir,
+        rows_digest=snakemake.params.content,
     )
     record = embed_shard(
         model,
-        model_record(spec, model, settings.batch_size),
+        {
+            **model_record(spec, model, settings.batch_size),
+            "model_files_fingerprint": snakemake.params.model_files,
+        },
         snakemake.wildcards.modality,
         Path(snakemake.input.data),
         start,

@@ -8,8 +8,6 @@ from vlbench.rule_log import rule_log
 with rule_log(snakemake.log[0]) as log:
     with open(snakemake.input.meta, encoding="utf-8") as handle:
         meta = json.load(handle)
-    stats = dict(snakemake.params.stats)
-    notebook_names = stats.pop("notebook_columns", False)
     rows = write_metrics(
         snakemake.input.ranks,
         protocol=snakemake.params.protocol,
@@ -21,9 +19,8 @@ with rule_log(snakemake.log[0]) as log:
             "direction": snakemake.wildcards.direction,
         },
         tie_policy=snakemake.params.tie_policy,
-        stats=stats,
+        stats=dict(snakemake.params.stats),
         metrics_path=snakemake.output.metrics,
         outcomes_path=snakemake.output.outcomes,
-        notebook_names=notebook_names,
     )
     log.info("%d metric rows", rows)

@@ -15,7 +15,8 @@ with rule_log(snakemake.log[0]) as log:
         gallery_ids_path=snakemake.input.gallery_ids,
         data_dir=Path(snakemake.input.qrels).parent,
         out_path=snakemake.output.ranks,
-        tie_policy=snakemake.params.tie_policy,
-        block_mb=snakemake.params.block_mb,
+        tie_policy=snakemake.params.ranking["tie_policy"],
+        # A memory knob, read from the config so that changing it reruns nothing.
+        block_mb=snakemake.config["ranking"]["block_mb"],
     )
     log.info("ranked %d relevant pairs", pairs)

@@ -11,5 +11,6 @@ with rule_log(snakemake.log[0]) as log:
         snakemake.output.csv,
         Path(snakemake.output.csv).parent,
         full_csv=snakemake.output.full,
+        notebook_names=snakemake.params.notebook_columns,
     )
     log.info("wrote %s and %s", snakemake.output.csv, snakemake.output.full)

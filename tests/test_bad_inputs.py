@@ -226,6 +226,44 @@ def test_empty_or_whitespace_caption_names_the_row(tmp_path: Path, caption: str)
         prepare_paired(files, tmp_path / "out", {})
 
 
+def replace_column(path: Path, column: str, values: list) -> None:
+    """Rewrite one column of a source parquet with other values (and so another type)."""
+    table = pq.read_table(path)
+    index = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(index, column, pa.array(values)), path)
+
+
+@pytest.mark.parametrize("kind", ["biomedflickr", "biomedflickr-float", "inquire", "biovita"])
+def test_numeric_text_column_names_the_file_column_and_row(tmp_path: Path, kind: str) -> None:
+    """A caption / query / corpus text column holding numbers, loaded by the source loader."""
+    from fixtures_sources import write_biovita_repo, write_inquire_repo
+
+    from vlbench.sources import biovita, hf_parquet, inquire
+
+    root = tmp_path / "repo"
+    source: dict = {"split": "test"}
+    if kind.startswith("biomedflickr"):
+        loader, column, relative = hf_parquet.load, "caption", "data/test-00000-of-00001.parquet"
+        paired_source(root, ["first", "second", "third"])
+    elif kind == "inquire":
+        loader, column, relative = inquire.load, "query", "data/test-00000-of-00001.parquet"
+        write_inquire_repo(root, n_queries=2, per_query=3)
+    else:
+        loader, column = biovita.load, "text"
+        relative = "unseen_species-corpus/test-00000-of-00001.parquet"
+        write_biovita_repo(root, n_queries=3)
+        source["subset"] = "unseen_species"
+    path = root / relative
+    rows = pq.read_metadata(path).num_rows
+    numbers = [2.5 + i for i in range(rows)] if kind.endswith("float") else list(range(rows))
+    replace_column(path, column, numbers)
+    with pytest.raises(VlbenchError) as info:
+        loader(root, source, {}, "benchmarks.x.source")
+    message = str(info.value)
+    assert message.startswith(f"{path}: row 0: column '{column}'"), message
+    assert "\n" not in message
+
+
 def test_empty_benchmark_is_an_error(tmp_path: Path) -> None:
     files = paired_source(tmp_path, [])
     with pytest.raises(VlbenchError, match="the benchmark has no images"):

@@ -9,6 +9,7 @@ from workflow_helpers import REPO, synthetic_benchmark, tiny_model
 
 from vlbench.config import read_config, validate_config
 from vlbench.errors import VlbenchError
+from vlbench.yaml_files import check_no_duplicate_keys, read_yaml_mapping
 
 
 def minimal() -> dict:
@@ -94,3 +95,50 @@ def test_source_of_no_known_form_lists_the_forms() -> None:
     config["benchmarks"]["demo"]["source"] = {"split": "test"}
     with pytest.raises(VlbenchError, match=r"repo \+ revision; path; synthetic"):
         validate_config(config)
+
+
+DUPLICATE_MODEL = """\
+models:
+  tiny:
+    name: ViT-B-32
+  other:
+    name: ViT-B-16
+  tiny:
+    name: ViT-L-14
+benchmarks:
+  demo: {protocol: paired, source: {synthetic: {pairs: 2}}}
+"""
+
+
+def test_duplicate_model_key_names_file_key_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(DUPLICATE_MODEL, encoding="utf-8")
+    with pytest.raises(VlbenchError) as info:
+        read_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: line 6: key 'tiny' is given twice (first at line 2)")
+    assert "\n" not in message
+
+
+def test_duplicate_keys_in_a_configfile_snakemake_loads_itself(tmp_path: Path) -> None:
+    """Snakemake reads --configfile (YAML or JSON) on its own, keeping the last key silently."""
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(DUPLICATE_MODEL, encoding="utf-8")
+    with pytest.raises(VlbenchError, match=r"c\.yaml: line 6: key 'tiny' is given twice"):
+        check_no_duplicate_keys(yaml_file)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("ranking:\n  block_mb: 1\n  tie_policy: index\n  block_mb: 2\n")
+    with pytest.raises(VlbenchError, match=r"line 4: key 'block_mb' is given twice"):
+        check_no_duplicate_keys(nested)
+    json_file = tmp_path / "c.json"
+    json_file.write_text('{"models": {"tiny": {}, "tiny": {"name": "x"}}}', encoding="utf-8")
+    with pytest.raises(VlbenchError, match=r"c\.json: line 1: key 'tiny' is given twice"):
+        check_no_duplicate_keys(json_file)
+    # Overriding a key brought in by a merge is not a duplicate.
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {name: x, precision: fp32}\nmodels:\n  a: {<<: *b, name: y}\n")
+    check_no_duplicate_keys(merged)
+    entry = read_yaml_mapping(merged, "config file")["models"]["a"]
+    assert entry == {"name": "y", "precision": "fp32"}
+    for shipped in sorted((REPO / "config").rglob("*.yaml")):
+        check_no_duplicate_keys(shipped)

@@ -127,3 +127,48 @@ def test_pin_lists_the_current_commit_of_each_unpinned_repository(tmp_path, monk
     out = capsys.readouterr().out
     assert asked == ["org/a", "laion/CLIP-ViT-L-14-DataComp.XL-s13B-b90K"]
     assert f"models.a.revision: {'c' * 40}" in out and "models.b" not in out
+
+
+def closed_port_endpoint() -> str:
+    """A hub endpoint on 127.0.0.1 where nothing listens: connections are refused."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def offline_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
+    """The environment of a subprocess whose hub (HF_ENDPOINT, read at import) is unreachable."""
+    import os
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    return {**env, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")}
+
+
+def test_pin_exits_non_zero_with_one_line_per_failed_lookup_when_offline(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        yaml.safe_dump({"models": {"a": {"name": "hf-hub:org/a"}, "b": {"name": "hf-hub:org/b"}}})
+    )
+    endpoint = closed_port_endpoint()
+    result = subprocess.run(
+        [sys.executable, "-m", "vlbench.models.pin", str(config)],
+        capture_output=True,
+        text=True,
+        env=offline_env(tmp_path, endpoint),
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3, result.stderr
+    for key, line in zip("ab", lines, strict=False):
+        assert line.startswith(f"{config}: models.{key}.revision: model org/{key}: ")
+        assert f"the hub at {endpoint} could not be reached" in line
+        assert "local-dir:" in line
+    assert lines[2] == "vlbench error: 2 lookup(s) failed (listed above)"

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +18,17 @@ import torch
 from embed_support import reference_image_embeddings, tiny_model, write_images
 from PIL import Image
 
+from vlbench import atomic
 from vlbench.embed_loader import decode_image
 from vlbench.embed_shards import EmbedSettings, embed_rows
+from vlbench.errors import VlbenchError
 from vlbench.image_transform import ImagePipeline
-from vlbench.pixel_cache import PixelCache, source_fingerprint
+from vlbench.pixel_cache import (
+    PixelCache,
+    PixelShardWriter,
+    remove_stale_partials,
+    source_fingerprint,
+)
 
 ROWS = 21
 
@@ -171,3 +185,134 @@ def test_draft_decode_is_smaller_and_close(images_file: tuple[Path, list[bytes]]
         pipeline.to_pixels(full).astype(int) - pipeline.to_pixels(draft).astype(int)
     )
     assert 0 < difference.mean() < 8
+
+
+def cache_of(source: Path, cache_dir: Path) -> PixelCache:
+    key = ImagePipeline.from_model(tiny_model()).geometry_key(draft=False)
+    return PixelCache(cache_dir, "bench", key, source)
+
+
+def partials(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.partial"))
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027], ids=["umask022", "umask027"])
+def test_cache_shards_get_the_umask_modes(
+    mask: int, images_file: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    source, _ = images_file
+    old = os.umask(mask)
+    try:
+        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path))
+    finally:
+        os.umask(old)
+    cache = cache_of(source, tmp_path)
+    for path in (cache.shard_path(0, ROWS), cache.directory / "geometry.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
+def test_full_disk_while_caching_is_one_line_and_leaves_no_partial(
+    images_file: tuple[Path, list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, _ = images_file
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "posix_fallocate", full)
+    with pytest.raises(VlbenchError) as caught:
+        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path))
+    # 21 rows of 64x64x3 bytes and a 128-byte header: 258,176 bytes.
+    shard = cache_of(source, tmp_path).shard_path(0, ROWS)
+    assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
+    assert partials(tmp_path) == []
+    assert not shard.exists()
+
+
+def test_stale_partial_of_a_killed_build_is_removed_by_the_next_build(
+    images_file: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    source, _ = images_file
+    cache = cache_of(source, tmp_path)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys, numpy as np\n"
+            "from vlbench.pixel_cache import PixelCache, PixelShardWriter\n"
+            "cache = PixelCache(*sys.argv[1:])\n"
+            f"writer = PixelShardWriter(cache, 0, {ROWS})\n"
+            "writer.append(np.zeros((4, 64, 64, 3), np.uint8))\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+            str(tmp_path),
+            "bench",
+            ImagePipeline.from_model(tiny_model()).geometry_key(draft=False),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    [stale] = partials(tmp_path)
+    assert stale.name.startswith(f".{cache.shard_path(0, ROWS).name}.")
+    stats: dict = {}
+    embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path), stats)
+    assert stats["pixel_cache"].startswith("miss")
+    assert partials(tmp_path) == []
+    assert cache.load(0, ROWS) is not None
+
+
+def test_partial_of_a_live_writer_is_kept(
+    images_file: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    source, _ = images_file
+    cache = cache_of(source, tmp_path)
+    batch = np.zeros((4, 64, 64, 3), np.uint8)
+    live = PixelShardWriter(cache, 0, ROWS)
+    live.append(batch)
+    [held] = partials(tmp_path)
+    assert remove_stale_partials(cache.shard_path(0, ROWS)) == []
+    other = PixelShardWriter(cache, 0, ROWS)
+    other.append(batch)
+    assert other.close(success=False) is False
+    assert partials(tmp_path) == [held]
+    assert live.close(success=False) is False
+    assert partials(tmp_path) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 128 KiB tmpfs: too small for the 258 KB cache shard of ROWS images."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)]
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command to make a small file system")
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("fallocate", ["posix_fallocate", "zero fill"])
+def test_full_real_disk_while_caching_is_one_line(
+    fallocate: str,
+    images_file: tuple[Path, list[bytes]],
+    small_disk: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source, _ = images_file
+    if fallocate == "zero fill":
+
+        def unsupported(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+        monkeypatch.setattr(atomic.os, "posix_fallocate", unsupported)
+    with pytest.raises(VlbenchError) as caught:
+        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(small_disk))
+    shard = cache_of(source, small_disk).shard_path(0, ROWS)
+    assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
+    assert partials(small_disk) == []

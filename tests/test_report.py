@@ -10,12 +10,14 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, write_config
 
-from vlbench.provenance import collect_provenance, provenance_html, timing_rows
+from vlbench.provenance import collect_provenance, provenance_html, timing_rows, write_provenance
 from vlbench.retrieval import METRIC_COLUMNS
+from vlbench.shard_files import gather_shards, save_embeddings
 
 BENCHMARK = "synthetic-biomedflickr"
 EMBEDDED = re.compile(
@@ -133,3 +135,70 @@ def test_provenance_reads_jobs_and_timings_of_one_benchmark(tmp_path: Path) -> N
     assert collected["embeddings"][0]["torch"] == "9.9"
     page = provenance_html(collected)
     assert "a" * 40 in page and "f" * 64 in page and "bf16" in page and "256" in page
+
+
+def gathered_embedding(directory: Path, places: list[tuple[str, str, str]]) -> Path:
+    """A gathered <modality>.json written by the gather, one shard per (host, device, name)."""
+    shards = []
+    for index, (host, device, device_name) in enumerate(places):
+        stem = directory / "image" / f"shard-{index:05d}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        ids = [f"img-{index}-{row}" for row in range(2)]
+        npy, ids_path, json_path = (stem.with_suffix(s) for s in (".npy", ".ids.parquet", ".json"))
+        save_embeddings(ids, np.eye(2, 4, dtype=np.float32), npy, ids_path)
+        record = {
+            "model": {"name": "ViT-B-16", "pretrained": "openai"},
+            "weights_sha256": "f" * 64,
+            "precision": "bf16",
+            "device": device,
+            "device_name": device_name,
+            "host": host,
+            "batch_size": 256,
+            "modality": "image",
+            "rows": [2 * index, 2 * index + 2],
+            "seconds": 1.5,
+            "versions": {"torch": "9.9"},
+        }
+        json_path.write_text(json.dumps(record))
+        shards.append((npy, ids_path, json_path))
+    out = directory / "image.npy"
+    gather_shards(
+        *([shard[i] for shard in shards] for i in range(3)),
+        out,
+        directory / "image.ids.parquet",
+        directory / "image.json",
+    )
+    return directory / "image.json"
+
+
+def test_provenance_csv_takes_device_and_host_from_the_gathered_shards(tmp_path: Path) -> None:
+    meta = tmp_path / "benchmark.json"
+    meta.write_text(json.dumps({"source": "hub", "repo": "o/r", "revision": "a" * 40}))
+    one_place = gathered_embedding(
+        tmp_path / "emb" / "m1" / "b", [("node1", "cuda:0", "NVIDIA H100")] * 2
+    )
+    spread = gathered_embedding(
+        tmp_path / "emb" / "m2" / "b",
+        [
+            ("node1", "cuda:0", "NVIDIA H100"),
+            ("node2", "cuda:0", "NVIDIA A100"),
+            ("node1", "cuda:1", "NVIDIA H100"),
+        ],
+    )
+    assert "device" not in json.loads(spread.read_text())  # moved under shards[]
+    record = collect_provenance("b", meta, [spread, one_place], tmp_path / "timings")
+    write_provenance(record, tmp_path / "b.csv", tmp_path / "b.html")
+    with open(tmp_path / "b.csv", encoding="utf-8", newline="") as handle:
+        rows = {row["model_key"]: row for row in csv.DictReader(handle)}
+    assert (rows["m1"]["device"], rows["m1"]["device_name"], rows["m1"]["host"]) == (
+        "cuda:0",
+        "NVIDIA H100",
+        "node1",
+    )
+    assert (rows["m2"]["device"], rows["m2"]["device_name"], rows["m2"]["host"]) == (
+        "cuda:0;cuda:1",
+        "NVIDIA H100;NVIDIA A100",
+        "node1;node2",
+    )
+    assert rows["m2"]["rows"] == "6" and rows["m2"]["precision"] == "bf16"
+    assert "NVIDIA H100;NVIDIA A100" in (tmp_path / "b.html").read_text()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from vlbench.cli import main
@@ -113,3 +115,113 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys) -> None:
     error = capsys.readouterr().err.strip()
     assert code == 1
     assert "qrels.parquet" in error and "query_id" in error and "\n" not in error
+
+
+def paired_files(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(6, 4)).astype(np.float32)
+    ids = [f"x{i}" for i in range(6)]
+    save(tmp_path, "queries", vectors, ids)
+    save(tmp_path, "gallery", vectors, ids)
+    pl.DataFrame({"query_id": ids, "item_id": ids}).write_parquet(tmp_path / "qrels.parquet")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--k", "99999999999999999999"),
+        ("--k", "0"),
+        ("--block-mb", "0"),
+        ("--confidence", "2"),
+        ("--confidence", "0"),
+        ("--confidence", "nan"),
+        ("--bootstrap-samples", "-5"),
+        ("--seed", "-1"),
+        ("--out", "DIRECTORY"),
+        ("--ranks-out", "DIRECTORY"),
+    ],
+)
+def test_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, option, value) -> None:
+    paired_files(tmp_path)
+    value = str(tmp_path) if value == "DIRECTORY" else value
+    qrels = str(tmp_path / "qrels.parquet")
+    with pytest.raises(SystemExit) as info:
+        main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, option, value))
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    assert error.strip().splitlines()[-1].startswith(f"vlbench score: error: argument {option}:")
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_out_dash_writes_the_csv_to_stdout(tmp_path, capsys, monkeypatch) -> None:
+    paired_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, "--out", "-")) == 0
+    captured = capsys.readouterr()
+    rows = pl.read_csv(captured.out.encode())
+    assert rows.columns[:3] == ["benchmark", "subset", "model"]
+    assert rows.filter(pl.col("metric") == "recall")["value"].to_list() == [100.0] * 3
+    assert "metric rows to stdout" in captured.err
+    assert not (tmp_path / "-").exists() and not (tmp_path / "metrics.csv").exists()
+
+
+def test_complex_embeddings_are_refused_naming_the_file(tmp_path, capsys) -> None:
+    paired_files(tmp_path)
+    vectors = np.load(tmp_path / "queries.npy").astype(np.complex64) * (1 + 1j)
+    np.save(tmp_path / "queries.npy", vectors)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    error = capsys.readouterr().err.strip()
+    assert "queries.npy" in error and "complex" in error and "\n" not in error
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_workflow_qrels_and_candidates_are_read_for_the_scored_direction(tmp_path, capsys):
+    """qrels.parquet (image_id, text_id) as the workflow writes it: the direction maps the ids."""
+    from vlbench.canonical import CANDIDATES_SCHEMA, QRELS_SCHEMA
+
+    images = np.array([[1, 0, 0], [0, 1, 0]], dtype=np.float32)
+    texts = np.array([[1, 0.1, 0], [0.9, 0, 0.2], [0, 1, 0.1], [0.1, 0.9, 0]], dtype=np.float32)
+    image_ids, text_ids = ["i0", "i1"], ["t0", "t1", "t2", "t3"]
+    judged = [("i0", "t0"), ("i0", "t1"), ("i1", "t2"), ("i1", "t3")]
+    qrels = pa.table(
+        {
+            "image_id": [i for i, _ in judged],
+            "text_id": [t for _, t in judged],
+            "relevance": [1] * 4,
+        },
+        schema=QRELS_SCHEMA,
+    )
+    pq.write_table(qrels, tmp_path / "qrels.parquet")
+    candidates = pa.table(
+        {
+            "query_modality": ["image"] * 2 + ["text"] * 4,
+            "query_id": image_ids + text_ids,
+            "candidate_ids": [text_ids] * 2 + [image_ids] * 4,
+            "candidate_groups": [None] * 6,
+        },
+        schema=CANDIDATES_SCHEMA,
+    )
+    pq.write_table(candidates, tmp_path / "candidates.parquet")
+    files = ["--qrels", str(tmp_path / "qrels.parquet")]
+    files += ["--candidates", str(tmp_path / "candidates.parquet")]
+    for direction, (queries, query_ids), (gallery, gallery_ids) in [
+        ("image_to_text", (images, image_ids), (texts, text_ids)),
+        ("text_to_image", (texts, text_ids), (images, image_ids)),
+    ]:
+        save(tmp_path, "queries", queries, query_ids)
+        save(tmp_path, "gallery", gallery, gallery_ids)
+        ranks = tmp_path / f"{direction}.parquet"
+        extra = ["--direction", direction, "--ranks-out", str(ranks)]
+        assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, *extra)) == 0
+        table = pl.read_parquet(ranks)
+        expected = sorted(judged if direction == "image_to_text" else [(t, i) for i, t in judged])
+        assert sorted(table.select("query_id", "item_id").iter_rows()) == expected
+        metrics = pl.read_csv(tmp_path / "metrics.csv")
+        assert set(metrics["direction"]) == {direction}
+    # A label that is no direction cannot say which id is the query.
+    assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, "--direction", "x")) == 1
+    error = capsys.readouterr().err.strip()
+    assert "qrels.parquet" in error and "--direction" in error and "\n" not in error

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from embed_support import reference_image_embeddings, tiny_model, write_images, 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vlbench import embed_shards
+from vlbench import atomic, embed_shards
 from vlbench.embed import embed_modality_sharded
 from vlbench.embed_shards import EmbedSettings
 from vlbench.errors import VlbenchError
@@ -20,6 +22,7 @@ from vlbench.shard_files import (
     gather_shards,
     load_embeddings,
     read_shard_plan,
+    save_embeddings,
     shard_ranges,
     write_shard_plan,
 )
@@ -188,3 +191,33 @@ def test_gather_refuses_shards_that_disagree(tmp_path: Path) -> None:
             tmp_path / "out.json",
         )
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = []
+    for name in ("a", "b"):
+        npy, ids, prov = (tmp_path / f"{name}{suffix}" for suffix in (".npy", ".ids", ".json"))
+        save_embeddings(
+            [f"{name}{row}" for row in range(1000)], np.ones((1000, 512), np.float32), npy, ids
+        )
+        prov.write_text(json.dumps({"rows": [0, 1000]}))
+        paths.append((npy, ids, prov))
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "posix_fallocate", full)
+    out = tmp_path / "out" / "image.npy"
+    with pytest.raises(VlbenchError) as caught:
+        gather_shards(
+            *([shard[i] for shard in paths] for i in range(3)),
+            out,
+            tmp_path / "out" / "image.ids.parquet",
+            tmp_path / "out" / "image.json",
+        )
+    # 2000 x 512 float32 and a 128-byte header: 4,096,128 bytes.
+    assert str(caught.value) == f"no space left on device for {out} (needs about 4.1 MB)"
+    assert not out.exists()
+    assert not list(tmp_path.rglob("*.partial"))

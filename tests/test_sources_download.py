@@ -235,3 +235,51 @@ def test_every_hub_format_downloads_only_what_it_reads(
     assert not (tmp_path / "cache" / "unrelated.bin").exists()
     if n_images > 0:
         assert meta["n_images"] == n_images
+
+
+OFFLINE_SCRIPT = """
+import sys
+from vlbench.errors import VlbenchError
+from vlbench.sources import download
+
+download.ATTEMPTS, download.FIRST_DELAY_S = 2, 0.01
+repo, sha, cache = sys.argv[1:4]
+calls = [
+    lambda: download.with_retries(
+        lambda: download.published_sha256(repo, sha, ["data/test.parquet"]), repo, sha
+    ),
+    lambda: download.fetch_snapshot(repo, sha, ["data/*"], cache_dir=cache),
+]
+for call in calls:
+    try:
+        call()
+    except VlbenchError as error:
+        print(error)
+"""
+
+
+def test_unreachable_hub_is_named_with_how_to_run_offline(tmp_path: Path) -> None:
+    """For real: HF_ENDPOINT on a closed local port, no HF_HUB_OFFLINE, the real client.
+
+    The second call is a download, which huggingface_hub itself retries for about 20 s before
+    giving up (not configurable); vlbench then fails at once instead of retrying again.
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"))
+    command = [sys.executable, "-c", OFFLINE_SCRIPT, REPO, SHA, str(tmp_path / "cache")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2, result.stdout + result.stderr
+    for line in lines:
+        assert line.startswith(f"dataset {REPO}@{SHA}: the hub at {endpoint} could not be reached")
+        assert "Connection refused" in line and "file not found" not in line
+        assert "source: {path: /that/dir}" in line

@@ -1,29 +1,181 @@
-"""Atomic writes: a file or directory appears under its final name only once it is complete."""
+"""Atomic writes: a file or directory appears under its final name only once it is complete.
+
+Outputs get the modes any other new file gets under the process umask (0644 and 0755 under
+umask 022), not the private 0600/0700 of `tempfile`. A full disk (or quota) while writing is a
+one-line `VlbenchError` naming the output and about how much room it needs.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
+import math
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
+from vlbench.errors import VlbenchError
 from vlbench.faults import crash_point
+
+if TYPE_CHECKING:
+    import numpy as np
+
+FILE_MODE = 0o666
+DIRECTORY_MODE = 0o777
+NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+ZERO_FILL_CHUNK = 16 * 2**20
+
+_umask_lock = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it in /proc."""
+    with contextlib.suppress(OSError):
+        status = Path("/proc/self/status").read_text(encoding="ascii", errors="replace")
+        found = re.search(r"^Umask:\s*([0-7]+)\s*$", status, re.MULTILINE)
+        if found:
+            return int(found.group(1), 8)
+    with _umask_lock:
+        mask = os.umask(0)
+        os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | Path, directory: bool = False) -> None:
+    """Give a `tempfile`-made file or directory the mode a plain open()/mkdir() would have."""
+    base = DIRECTORY_MODE if directory else FILE_MODE
+    os.chmod(path, base & ~current_umask())
+
+
+def is_no_space(error: BaseException) -> bool:
+    """Whether an OSError (or a library's error without errno) means a full disk or quota."""
+    if not isinstance(error, OSError):
+        return False
+    if error.errno in NO_SPACE_ERRNOS:
+        return True
+    text = str(error)
+    return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+def _megabytes(nbytes: int) -> str:
+    megabytes = nbytes / 1e6
+    return f"{megabytes:.0f}" if megabytes >= 10 else f"{max(megabytes, 0.1):.1f}"
+
+
+def no_space_error(
+    path: str | Path, nbytes: int, error: OSError | None = None, at_least: bool = False
+) -> VlbenchError:
+    """The one-line error for a write of about `nbytes` to `path` that found no room."""
+    cause = "disk quota exceeded" if error is not None and error.errno == errno.EDQUOT else None
+    cause = cause or "no space left on device"
+    amount = "more than" if at_least else "about"
+    return VlbenchError(f"{cause} for {path} (needs {amount} {_megabytes(nbytes)} MB)")
+
+
+def reserve_space(fd: int, size: int) -> None:
+    """Allocate `size` bytes of the open file `fd` on disk now, so a full disk fails here.
+
+    Uses posix_fallocate; where the file system does not support it, writes zeros over the
+    part of the file not yet written. Raises OSError (ENOSPC) when the room is not there.
+    """
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    offset = os.fstat(fd).st_size
+    zeros = bytes(min(ZERO_FILL_CHUNK, max(size - offset, 0)))
+    while offset < size:
+        chunk = memoryview(zeros)[: size - offset]
+        offset += os.pwrite(fd, chunk, offset)
+    os.fsync(fd)
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue()
+
+
+def npy_bytes(dtype: Any, shape: Sequence[int]) -> int:
+    """The size of an .npy file holding a C-order array of `dtype` and `shape`."""
+    import numpy as np
+
+    dtype, shape = np.dtype(dtype), tuple(int(size) for size in shape)
+    return len(_npy_header(dtype, shape)) + math.prod(shape) * dtype.itemsize
+
+
+def reserved_npy_memmap(handle: IO[bytes], dtype: Any, shape: Sequence[int]) -> np.memmap:
+    """Write an .npy header to the open file `handle`, reserve the array's room, and map it.
+
+    A sparse file mapped for writing dies with SIGBUS when the disk fills up; with the room
+    reserved first, a full disk is an OSError (ENOSPC) before anything is mapped.
+    """
+    import numpy as np
+
+    dtype, shape = np.dtype(dtype), tuple(int(size) for size in shape)
+    header = _npy_header(dtype, shape)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(header)
+    handle.flush()
+    reserve_space(handle.fileno(), npy_bytes(dtype, shape))
+    return np.memmap(handle, dtype=dtype, mode="r+", shape=shape, offset=len(header))
+
+
+def _written_bytes(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        if path.is_dir():
+            return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
+        return path.stat().st_size
+    return 0
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+def _no_space_as_error(path: Path, tmp: Path | None, expected_bytes: int | None) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if not is_no_space(exc):
+            raise
+        written = _written_bytes(tmp) if tmp is not None else 0
+        if expected_bytes:
+            raise no_space_error(path, max(expected_bytes, written), exc) from exc
+        raise no_space_error(path, written, exc, at_least=True) from exc
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, expected_bytes: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+
+    `expected_bytes`, when known, is the size the error names if the disk fills up.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    os.close(handle)
+    with _no_space_as_error(path, None, expected_bytes):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp_name = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".partial", dir=path.parent
+        )
+        os.close(handle)
     tmp = Path(tmp_name)
     try:
-        yield tmp
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())
+        apply_umask(tmp)
+        with _no_space_as_error(path, tmp, expected_bytes):
+            yield tmp
+            with open(tmp, "rb") as written:
+                os.fsync(written.fileno())
         crash_point(str(path))
         os.replace(tmp, path)
     finally:
@@ -31,13 +183,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, expected_bytes: int | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory beside `path`; swap it into place on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    with _no_space_as_error(path, None, expected_bytes):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
-        yield tmp
+        apply_umask(tmp, directory=True)
+        with _no_space_as_error(path, tmp, expected_bytes):
+            yield tmp
         crash_point(str(path))
         if path.exists():
             shutil.rmtree(path)
@@ -49,5 +204,5 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 
 def write_text(path: str | Path, text: str) -> None:
     """Atomically write a text file."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, expected_bytes=len(text.encode("utf-8"))) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,13 @@ from vlbench.metrics_job import score_ranks, write_csv
 from vlbench.metrics_table import StatsSettings, per_class_table
 from vlbench.protocols import PROTOCOL_DIRECTIONS
 from vlbench.ranking import TIE_POLICIES
+from vlbench.retrieval import DIRECTIONS
+
+STDOUT = "-"
+# Integer options must fit the int64 arithmetic they end up in.
+INT64_MAX = 2**63 - 1
+# The embedding dtypes accepted: booleans, integers and real floats (never complex).
+REAL_KINDS = "biuf"
 
 
 def _read_parquet(path: str | Path, what: str, required: Sequence[str]) -> pl.DataFrame:
@@ -46,6 +53,13 @@ def read_side(npy: str, ids_path: str, name: str) -> Side:
         raise VlbenchError(f"{name}: {npy} is not a plain .npy matrix ({exc})") from exc
     if vectors.ndim != 2:
         raise VlbenchError(f"{npy}: expected a 2-D matrix, got shape {vectors.shape}")
+    if np.iscomplexobj(vectors):
+        raise VlbenchError(
+            f"{npy}: complex-valued embeddings (dtype {vectors.dtype}) are not supported; "
+            "give a real-valued matrix"
+        )
+    if vectors.dtype.kind not in REAL_KINDS:
+        raise VlbenchError(f"{npy}: expected a numeric matrix, got dtype {vectors.dtype}")
     table = _read_parquet(ids_path, name, ["id"])
     ids = np.asarray([str(item) for item in table["id"].to_list()], dtype=object)
     groups = (
@@ -58,11 +72,33 @@ def read_side(npy: str, ids_path: str, name: str) -> Side:
     return Side(normalise_rows(vectors), ids, groups, name=name)
 
 
-def read_judgements(path: str | None) -> pl.DataFrame | None:
-    """query_id, item_id and (optional, default 1) relevance."""
+def read_judgements(path: str | None, direction: str | None = None) -> pl.DataFrame | None:
+    """query_id, item_id and (optional, default 1) relevance.
+
+    The workflow's own qrels (image_id, text_id[, relevance]) are read for `direction`: its
+    query modality's id becomes query_id and the other one item_id.
+    """
     if path is None:
         return None
-    table = _read_parquet(path, "qrels", ["query_id", "item_id"])
+    table = _read_parquet(path, "qrels", [])
+    if not {"query_id", "item_id"} <= set(table.columns) and {"image_id", "text_id"} <= set(
+        table.columns
+    ):
+        if direction not in DIRECTIONS:
+            raise VlbenchError(
+                f"{path}: image_id/text_id qrels need --direction image_to_text or "
+                f"text_to_image (got {direction!r})"
+            )
+        query_modality, gallery_modality = DIRECTIONS[direction]
+        table = table.rename(
+            {f"{query_modality}_id": "query_id", f"{gallery_modality}_id": "item_id"}
+        )
+    missing = [name for name in ("query_id", "item_id") if name not in table.columns]
+    if missing:
+        raise VlbenchError(
+            f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(table.columns)}; "
+            "give query_id + item_id, or the workflow's image_id + text_id)"
+        )
     if "relevance" not in table.columns:
         table = table.with_columns(pl.lit(1).alias("relevance"))
     return table.select(
@@ -72,15 +108,65 @@ def read_judgements(path: str | None) -> pl.DataFrame | None:
     )
 
 
-def read_candidate_lists(path: str | None) -> pl.DataFrame | None:
-    """query_id, candidate_ids (list) and optional candidate_groups (list)."""
+def read_candidate_lists(path: str | None, direction: str | None = None) -> pl.DataFrame | None:
+    """query_id, candidate_ids (list) and optional candidate_groups (list).
+
+    A workflow candidates file (with query_modality) keeps only the rows of `direction`'s
+    query modality.
+    """
     if path is None:
         return None
     table = _read_parquet(path, "candidates", ["query_id", "candidate_ids"])
+    if "query_modality" in table.columns and direction in DIRECTIONS:
+        table = table.filter(pl.col("query_modality") == DIRECTIONS[direction][0])
     columns = [pl.col("query_id").cast(pl.String), pl.col("candidate_ids")]
     if "candidate_groups" in table.columns:
         columns.append(pl.col("candidate_groups"))
     return table.select(columns)
+
+
+def _integer(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not minimum <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between {minimum} and {INT64_MAX}, got {text}"
+            if value > INT64_MAX
+            else f"must be at least {minimum}, got {text}"
+        )
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 that fits int64."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0 that fits int64."""
+    return _integer(text, 0)
+
+
+def probability(text: str) -> float:
+    """argparse type: a float strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file path to write (or '-' for stdout where the option allows it)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    if text != STDOUT and Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,36 +183,59 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--gallery-ids", required=True, help="parquet: id[, group] per row")
     score.add_argument("--qrels", help="parquet: query_id, item_id[, relevance]")
     score.add_argument("--candidates", help="parquet: query_id, candidate_ids[, candidate_groups]")
-    score.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="cut-offs")
+    score.add_argument("--k", type=positive_int, nargs="+", default=[1, 5, 10], help="cut-offs")
     score.add_argument("--tie-policy", default="index", choices=TIE_POLICIES)
-    score.add_argument("--block-mb", type=int, default=1024, help="score block bound (MiB)")
+    score.add_argument(
+        "--block-mb", type=positive_int, default=1024, help="score block bound (MiB)"
+    )
     score.add_argument("--direction", default=None, help="label (default: the protocol's)")
     score.add_argument("--benchmark", default="custom", help="label for the benchmark column")
     score.add_argument("--subset", default="test", help="label for the subset column")
     score.add_argument("--model", default="model", help="label for the model column")
-    score.add_argument("--confidence", type=float, default=0.95)
-    score.add_argument("--bootstrap-samples", type=int, default=1000)
-    score.add_argument("--seed", type=int, default=0)
+    score.add_argument("--confidence", type=probability, default=0.95, help="in (0, 1)")
+    score.add_argument("--bootstrap-samples", type=non_negative_int, default=1000)
+    score.add_argument("--seed", type=non_negative_int, default=0)
     score.add_argument("--notebook-columns", action="store_true", help="add BioMedFlickr names")
-    score.add_argument("--out", required=True, help="metric CSV to write")
-    score.add_argument("--ranks-out", help="also write the per-pair ranks parquet")
-    score.add_argument("--outcomes-out", help="also write the per-query outcomes parquet")
-    score.add_argument("--per-class-out", help="zeroshot: also write the per-class CSV")
+    score.add_argument(
+        "--out", required=True, type=output_file, help="metric CSV to write ('-': stdout)"
+    )
+    score.add_argument(
+        "--ranks-out", type=output_file, help="also write the per-pair ranks parquet"
+    )
+    score.add_argument(
+        "--outcomes-out", type=output_file, help="also write the per-query outcomes parquet"
+    )
+    score.add_argument(
+        "--per-class-out", type=output_file, help="zeroshot: also write the per-class CSV"
+    )
     return parser
+
+
+def _write(option: str, path: str, write: Callable[[str], None]) -> None:
+    """Write one output, turning an OS error into a one-line error naming the option."""
+    try:
+        write(path)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
+        raise VlbenchError(f"{option} {path}: cannot write ({exc.strerror or exc}{where})") from exc
 
 
 def run_score(args: argparse.Namespace) -> int:
     """Rank, score and write; returns the number of metric rows."""
     if args.block_mb < 1 or any(k < 1 for k in args.k):
         raise VlbenchError("--block-mb and every --k must be at least 1")
+    for option in ("ranks_out", "outcomes_out", "per_class_out"):
+        if getattr(args, option) == STDOUT:
+            raise VlbenchError(f"--{option.replace('_', '-')}: only --out can be '-' (stdout)")
+    direction = args.direction or PROTOCOL_DIRECTIONS[args.protocol][0]
     queries = read_side(args.queries, args.query_ids, "queries")
     gallery = read_side(args.gallery, args.gallery_ids, "gallery")
     ranks = rank_protocol(
         args.protocol,
         queries,
         gallery,
-        read_judgements(args.qrels),
-        read_candidate_lists(args.candidates),
+        read_judgements(args.qrels, direction),
+        read_candidate_lists(args.candidates, direction),
         tie_policy=args.tie_policy,
         block_mb=args.block_mb,
     )
@@ -134,7 +243,7 @@ def run_score(args: argparse.Namespace) -> int:
         "benchmark": args.benchmark,
         "subset": args.subset,
         "model": args.model,
-        "direction": args.direction or PROTOCOL_DIRECTIONS[args.protocol][0],
+        "direction": direction,
     }
     settings = StatsSettings(
         confidence=args.confidence, bootstrap_samples=args.bootstrap_samples, seed=args.seed
@@ -142,14 +251,19 @@ def run_score(args: argparse.Namespace) -> int:
     rows, outcomes = score_ranks(
         ranks, args.protocol, args.k, labels, args.tie_policy, settings, args.notebook_columns
     )
-    write_csv(rows, args.out)
+    if args.out == STDOUT:
+        rows.write_csv(sys.stdout)
+        sys.stdout.flush()
+    else:
+        _write("--out", args.out, lambda path: write_csv(rows, path))
     if args.ranks_out:
-        ranks.write_parquet(args.ranks_out)
+        _write("--ranks-out", args.ranks_out, ranks.write_parquet)
     if args.outcomes_out:
-        outcomes.write_parquet(args.outcomes_out)
+        _write("--outcomes-out", args.outcomes_out, outcomes.write_parquet)
     if args.per_class_out and args.protocol == "zeroshot":
         keys = ("benchmark", "subset", "model")
-        write_csv(per_class_table(ranks, **{k: labels[k] for k in keys}), args.per_class_out)
+        per_class = per_class_table(ranks, **{k: labels[k] for k in keys})
+        _write("--per-class-out", args.per_class_out, lambda path: write_csv(per_class, path))
     return rows.height
 
 
@@ -161,7 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VlbenchError as error:
         print(f"vlbench error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {rows} metric rows to {args.out}")
+    except MemoryError as error:
+        print(
+            f"vlbench error: out of memory ({error or 'MemoryError'}); lower --bootstrap-samples "
+            "or --block-mb",
+            file=sys.stderr,
+        )
+        return 1
+    if args.out == STDOUT:  # stdout holds the CSV: the summary goes to stderr
+        print(f"wrote {rows} metric rows to stdout", file=sys.stderr)
+    else:
+        print(f"wrote {rows} metric rows to {args.out}")
     return 0
 
 

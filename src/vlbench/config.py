@@ -15,6 +15,25 @@ from vlbench.yaml_files import read_yaml_mapping
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
+# Keys that cannot change any number (speed and memory knobs): no rule passes them as a param,
+# so changing one reruns nothing; the jobs read them from the config at run time.
+# config/README.md says for every key whether changing it reruns anything, and what.
+RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
+    "embedding": ("num_workers", "pixel_cache"),
+    "ranking": ("block_mb",),
+}
+
+
+def result_keys(config: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """The keys of a config section that can change a number (a rule's params)."""
+    neutral = RUN_TIME_KEYS.get(section, ())
+    return {key: value for key, value in config[section].items() if key not in neutral}
+
+
+def pick(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """The named keys of a mapping (those present), for a rule's params."""
+    return {key: mapping[key] for key in keys if key in mapping}
+
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """Read the YAML JSON-schema file."""

@@ -47,6 +47,8 @@ class EmbedSettings:
     draft_decode: bool = False
     trim_text_padding: bool = True
     pixel_cache_dir: str = "results/pixels"
+    # Content digest of the shard's rows (from the shard plan): part of the pixel cache's key.
+    rows_digest: str = ""
 
     @classmethod
     def from_config(
@@ -91,7 +93,9 @@ def image_input_batches(
     if settings.pixel_cache and pipeline.cacheable:
         key = pipeline.geometry_key(settings.draft_decode)
         stats["geometry_key"] = key
-        cache = PixelCache(settings.pixel_cache_dir, settings.benchmark, key, source)
+        cache = PixelCache(
+            settings.pixel_cache_dir, settings.benchmark, key, source, settings.rows_digest
+        )
         cached = cache.load(start, stop)
         if cached is not None:
             stats["pixel_cache"] = f"hit: {cache.shard_path(start, stop)}"

@@ -1,22 +1,33 @@
 """On-disk cache of decoded, resized and cropped images: uint8 shards shared by every model.
 
 One directory per (benchmark, geometric transform, prepared source file); one file per row range:
-``<root>/<benchmark>/<geometry key>-<source fingerprint>/rows-<start>-<stop>.npy`` holding a
-uint8 array (rows, height, width, 3). A shard appears under its final name only when complete.
+``<root>/<benchmark>/<geometry key>-<source fingerprint>/rows-<start>-<stop>-<digest>.npy``
+(the digest of the rows' content, from the shard plan) holding a uint8 array (rows, height,
+width, 3). A shard appears under its final name only when complete; until then it is a
+``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from vlbench.atomic import write_text
+from vlbench.atomic import (
+    apply_umask,
+    is_no_space,
+    no_space_error,
+    npy_bytes,
+    reserved_npy_memmap,
+    write_text,
+)
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -39,13 +50,21 @@ class PixelCache:
     """Where the uint8 pixel shards of one (benchmark, geometry, source) live."""
 
     def __init__(
-        self, root: str | Path, benchmark: str, geometry_key: str, source: str | Path
+        self,
+        root: str | Path,
+        benchmark: str,
+        geometry_key: str,
+        source: str | Path,
+        rows_digest: str = "",
     ) -> None:
         self.directory = Path(root) / benchmark / f"{geometry_key}-{source_fingerprint(source)}"
+        # The shard plan's digest of the rows' ids and image bytes: an image replaced by one of
+        # the same size, which may leave the parquet footer unchanged, still misses the cache.
+        self.suffix = f"-{rows_digest}" if rows_digest else ""
 
     def shard_path(self, start: int, stop: int) -> Path:
         """The cache file of rows [start, stop)."""
-        return self.directory / f"rows-{start:09d}-{stop:09d}.npy"
+        return self.directory / f"rows-{start:09d}-{stop:09d}{self.suffix}.npy"
 
     def load(self, start: int, stop: int) -> np.ndarray | None:
         """The cached pixels of rows [start, stop), memory-mapped; None when not cached."""
@@ -64,41 +83,129 @@ class PixelCache:
             write_text(note, json.dumps(geometry, indent=2, sort_keys=True) + "\n")
 
 
+def _try_lock(fd: int) -> bool | None:
+    """Lock `fd` exclusively without waiting: True if locked, False if held, None if unknown."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None  # no locks on this file system: cannot tell a live writer from a dead one
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+def remove_stale_partials(path: Path) -> list[Path]:
+    """Delete the partial files of cache shard `path` that no live writer holds; return them.
+
+    A writer holds an exclusive lock on its partial file while it fills it; the lock dies with
+    its process, so a partial nobody holds is left from a killed or failed run.
+    """
+    removed = []
+    for partial in sorted(path.parent.glob(f".{path.name}.*.partial")):
+        try:
+            fd = os.open(partial, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd) and _same_file(fd, partial):
+                partial.unlink(missing_ok=True)
+                removed.append(partial)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
 class PixelShardWriter:
-    """Fill a cache shard batch by batch on disk; publish it only when every row is written."""
+    """Fill a cache shard batch by batch on disk; publish it only when every row is written.
+
+    The shard's full size is reserved on disk before it is mapped, so a full disk is a one-line
+    error rather than SIGBUS. While filling, the writer locks its partial file; partial files of
+    the shard that nobody holds are removed when a writer starts and when it finishes.
+    """
 
     def __init__(self, cache: PixelCache, start: int, stop: int) -> None:
         self.path = cache.shard_path(start, stop)
         self.rows = stop - start
         self.filled = 0
+        self.nbytes = 0
         self._tmp: Path | None = None
+        self._handle: IO[bytes] | None = None
         self._array: np.memmap | None = None
+
+    def _open_partial(self) -> None:
+        """Create and lock this writer's partial file (again if a sweep removed it meanwhile)."""
+        while True:
+            fd, name = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent
+            )
+            handle = os.fdopen(fd, "r+b")
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, Path(name)):
+                break
+            handle.close()
+        self._handle, self._tmp = handle, Path(name)
+        apply_umask(self._tmp)
+
+    def _start(self, shape: tuple[int, ...]) -> None:
+        self.nbytes = npy_bytes(np.uint8, shape)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_partials(self.path)
+            self._open_partial()
+            assert self._handle is not None
+            self._array = reserved_npy_memmap(self._handle, np.uint8, shape)
+        except OSError as exc:
+            self._discard()
+            if is_no_space(exc):
+                raise no_space_error(self.path, self.nbytes, exc) from exc
+            raise
 
     def append(self, pixels: np.ndarray) -> None:
         """Add the next batch of uint8 pixels (n, height, width, 3)."""
         if self._array is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, name = tempfile.mkstemp(
-                prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent
-            )
-            os.close(handle)
-            self._tmp = Path(name)
-            shape = (self.rows, *pixels.shape[1:])
-            self._array = np.lib.format.open_memmap(
-                self._tmp, mode="w+", dtype=np.uint8, shape=shape
-            )
+            self._start((self.rows, *pixels.shape[1:]))
+        assert self._array is not None
         self._array[self.filled : self.filled + len(pixels)] = pixels
         self.filled += len(pixels)
+
+    def _discard(self) -> None:
+        self._array = None
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
     def close(self, success: bool) -> bool:
         """Publish the shard if it is complete and `success`, else discard it; True if published."""
         if self._array is None or self._tmp is None:
+            self._discard()
             return False
-        self._array.flush()
-        self._array = None
-        published = success and self.filled == self.rows
-        if published:
-            os.replace(self._tmp, self.path)
-        else:
-            self._tmp.unlink(missing_ok=True)
+        published = False
+        try:
+            self._array.flush()
+            self._array = None
+            if success and self.filled == self.rows:
+                os.replace(self._tmp, self.path)
+                self._tmp = None
+                published = True
+        except OSError as exc:
+            if is_no_space(exc):
+                raise no_space_error(self.path, self.nbytes, exc) from exc
+            raise
+        finally:
+            self._discard()
+            with contextlib.suppress(OSError):
+                remove_stale_partials(self.path)
         return published

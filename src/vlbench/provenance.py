@@ -34,6 +34,9 @@ EMBEDDING_FIELDS = [
     "python",
     "host",
 ]
+# A gathered matrix lists these per shard (`shard_files.merge_provenance`): shards may run on
+# different devices and hosts.
+SHARD_FIELDS = ("device", "device_name", "host")
 DATASET_FIELDS = ["source", "repo", "path", "revision", "split", "protocol", "n_images", "n_texts"]
 REPORT_PACKAGES = ["polars", "pyarrow", "faiss-cpu", "matplotlib", "scipy", "snakemake", "vlbench"]
 
@@ -48,8 +51,18 @@ def _read_json(path: str | Path) -> dict[str, Any]:
         raise VlbenchError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
 
 
+def _distinct(values: Iterable[Any]) -> str | None:
+    """The distinct non-empty values in first-seen order, joined by ";" (None if there are none)."""
+    seen = dict.fromkeys(str(value) for value in values if value not in (None, ""))
+    return ";".join(seen) or None
+
+
 def embedding_row(path: str | Path) -> dict[str, Any]:
-    """One row per embedding job, from results/embeddings/<model>/<benchmark>/<modality>.json."""
+    """One row per embedding job, from results/embeddings/<model>/<benchmark>/<modality>.json.
+
+    Device, device name and host come from the gathered file's `shards`, the distinct values
+    joined by ";" when its shards ran in more than one place.
+    """
     path = Path(path)
     record = _read_json(path)
     model = record.get("model") or {}
@@ -61,6 +74,10 @@ def embedding_row(path: str | Path) -> dict[str, Any]:
         "pretrained": model.get("pretrained"),
     }
     row.update({name: record.get(name) for name in EMBEDDING_FIELDS if name not in row})
+    shards = [shard for shard in record.get("shards") or [] if isinstance(shard, dict)]
+    for name in SHARD_FIELDS:
+        if row.get(name) in (None, "") and shards:
+            row[name] = _distinct(shard.get(name) for shard in shards)
     row.update({name: versions.get(name) for name in ("torch", "open_clip", "numpy", "python")})
     return row
 

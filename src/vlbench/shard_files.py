@@ -7,6 +7,7 @@ these files import this module, not the model stack.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlbench.atomic import atomic_path, write_text
+from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
 from vlbench.errors import VlbenchError
 
 IDS_SCHEMA = pa.schema([("id", pa.string())])
@@ -35,8 +36,29 @@ def shard_ranges(rows: int, shard_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + shard_size, rows)) for start in range(0, rows, shard_size)]
 
 
+def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list[str]:
+    """sha256 of each row range's content: every row's id and payload (the first two columns
+    of a canonical images or texts parquet: encoded image bytes, or the exact text).
+
+    A shard whose digest is unchanged embeds to the same numbers, so a rerun can keep it.
+    """
+    parquet = pq.ParquetFile(source)
+    id_column, payload_column = parquet.schema_arrow.names[:2]
+    digests = [hashlib.sha256() for _ in ranges]
+    row, shard = 0, 0
+    for batch in parquet.iter_batches(batch_size=256, columns=[id_column, payload_column]):
+        for item_id, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+            while row >= ranges[shard][1]:
+                shard += 1
+            data = payload.encode() if isinstance(payload, str) else bytes(payload or b"")
+            digests[shard].update(f"{item_id}\0{len(data)}\0".encode())
+            digests[shard].update(data)
+            row += 1
+    return [digest.hexdigest()[:24] for digest in digests]
+
+
 def write_shard_plan(source: str | Path, shard_size: int, out_path: str | Path) -> int:
-    """Write a parquet's shard plan (row ranges from its metadata); return the shard count."""
+    """Write a parquet's shard plan (row ranges and their content digests); return the count."""
     try:
         rows = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowInvalid) as exc:
@@ -44,11 +66,13 @@ def write_shard_plan(source: str | Path, shard_size: int, out_path: str | Path) 
     if rows == 0:
         raise VlbenchError(f"{source}: no rows to embed")
     ranges = shard_ranges(rows, shard_size)
+    names = [shard_name(i) for i in range(len(ranges))]
     plan = {
         "source": str(source),
         "rows": rows,
         "shard_size": shard_size,
-        "shards": {shard_name(i): list(bounds) for i, bounds in enumerate(ranges)},
+        "shards": {name: list(bounds) for name, bounds in zip(names, ranges, strict=True)},
+        "digests": dict(zip(names, shard_digests(source, ranges), strict=True)),
     }
     write_text(out_path, json.dumps(plan, indent=2) + "\n")
     return len(ranges)
@@ -58,6 +82,13 @@ def read_shard_plan(path: str | Path) -> dict[str, Any]:
     """A shard plan written by `write_shard_plan`."""
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def shard_digest(plan_path: str | Path, shard: str) -> str:
+    """The content digest of one shard of a plan ("" when the plan is not written yet)."""
+    if not Path(plan_path).is_file():
+        return ""
+    return read_shard_plan(plan_path).get("digests", {}).get(shard, "")
 
 
 def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +108,8 @@ def save_embeddings(
     """Write the ids, then the matrix (the matrix last: its presence means complete)."""
     with atomic_path(ids_path) as tmp:
         pq.write_table(pa.table([list(ids)], schema=IDS_SCHEMA), tmp)
-    with atomic_path(npy_path) as tmp, open(tmp, "wb") as handle:
+    expected = npy_bytes(embeddings.dtype, embeddings.shape)
+    with atomic_path(npy_path, expected_bytes=expected) as tmp, open(tmp, "wb") as handle:
         np.save(handle, embeddings, allow_pickle=False)
 
 
@@ -121,10 +153,12 @@ def gather_shards(
             if ids.num_rows != shape[0]:
                 raise VlbenchError(f"{ids_path}: {ids.num_rows} ids for {shape[0]} rows in {npy}")
             writer.write_table(ids.select(["id"]).cast(IDS_SCHEMA))
-    with atomic_path(out_npy) as tmp:
-        matrix = np.lib.format.open_memmap(
-            tmp, mode="w+", dtype=dtypes.pop(), shape=(rows, widths.pop())
-        )
+    dtype, shape = dtypes.pop(), (rows, widths.pop())
+    with (
+        atomic_path(out_npy, expected_bytes=npy_bytes(dtype, shape)) as tmp,
+        open(tmp, "r+b") as handle,
+    ):
+        matrix = reserved_npy_memmap(handle, dtype, shape)
         row = 0
         for npy in shard_npys:
             shard = np.load(npy, mmap_mode="r", allow_pickle=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from vlbench.atomic import atomic_path, write_text
-from vlbench.retrieval import METRIC_COLUMNS
+from vlbench.retrieval import METRIC_COLUMNS, notebook_columns
 
 DIRECTION_LABELS = {"image_to_text": "image→text", "text_to_image": "text→image"}
 
@@ -129,9 +129,15 @@ def write_tables(
     metrics_csv: str | Path,
     markdown_dir: str | Path,
     full_csv: str | Path | None = None,
+    notebook_names: bool = False,
 ) -> None:
-    """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present."""
+    """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present.
+
+    `notebook_names` adds the BioMedFlickr notebook's column names to metrics_full.csv.
+    """
     table = collect(metric_files)
+    if notebook_names:
+        table = notebook_columns(table)
     write_metrics_csv(table, metrics_csv)
     if full_csv is not None:
         write_full_metrics_csv(table, full_csv)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
 from vlbench.errors import VlbenchError
+from vlbench.fingerprints import fingerprint
 from vlbench.models import local_paths, looks_like_path, unpinned
 from vlbench.sources.spec import missing_source_files, unpinned_sources
 
@@ -37,6 +39,44 @@ def local_checkpoint(model_key: str, spec: Mapping[str, Any]) -> list[str]:
     if "random_init_seed" in spec or Path(pretrained).is_file():
         return [pretrained]
     return []
+
+
+def source_files(source: Mapping[str, Any]) -> list[str]:
+    """The user-supplied folder and files a benchmark source is read from (none for hub sources).
+
+    The source folder, every annotation file named (hashed by content when small), and any
+    image folder or archive named outside the folder.
+    """
+    if source_kind(source) != "path":
+        return []
+    root = os.path.normpath(source["path"])
+    paths = [root]
+    for field in ("annotations", "images", "archive"):
+        values = source.get(field)
+        for value in [values] if isinstance(values, str) else list(values or []):
+            path = os.path.normpath(os.path.join(root, value))
+            inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) == (
+                os.path.abspath(root)
+            )
+            if field == "annotations" or not inside:
+                paths.append(path)
+    return paths
+
+
+def source_fingerprint(source: Mapping[str, Any]) -> str:
+    """Fingerprint of every user-supplied file of a benchmark source ("" for hub sources)."""
+    return fingerprint(source_files(source))
+
+
+def model_fingerprint(spec: Mapping[str, Any]) -> str:
+    """Fingerprint of every user-supplied file a model reads: model_config, local weights,
+    local hub-layout folders ("" when it reads none; workflow-made checkpoints are left out,
+    Snakemake tracks those as rule outputs)."""
+    paths = [value for _, value, _ in local_paths(spec)]
+    text_model = spec.get("text_model", "")
+    if text_model and Path(text_model).is_dir():  # a plain folder path (pmc_clip)
+        paths.append(text_model)
+    return fingerprint(paths)
 
 
 def check_model_keys(config: Mapping[str, Any]) -> None:

@@ -1,20 +1,24 @@
 # Config loading and validation, wildcard constraints and the small input functions rules share.
 
+import functools
 import re
 from pathlib import Path
 
 from snakemake.logging import logger
 
-from vlbench.config import source_kind, validate_config
-from vlbench.shard_files import read_shard_plan
+from vlbench.config import pick, result_keys, source_kind, validate_config
+from vlbench.shard_files import read_shard_plan, shard_digest
 from vlbench.errors import VlbenchError
 from vlbench.retrieval import DIRECTIONS
 from vlbench.targets import metrics_extra_targets
+from vlbench.yaml_files import check_no_duplicate_keys
 from vlbench.workflow import (
     check_model_keys,
     local_checkpoint,
     missing_local_paths,
+    model_fingerprint,
     model_spec_for_job,
+    source_fingerprint,
 )
 
 # The default experiment applies only when no --configfile is given, so a user's config file
@@ -25,6 +29,8 @@ if not workflow.overwrite_configfiles:
 
 
 try:
+    for _configfile in workflow.configfiles:
+        check_no_duplicate_keys(_configfile)
     _validated = validate_config(
         config,
         source=", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml",
@@ -82,6 +88,29 @@ def source_input(wildcards):
     return []
 
 
+# Content tracking: a fingerprint of every user-supplied file a job reads is one of its params,
+# so an edit anywhere in a benchmark folder or a model file reruns exactly the jobs that read it
+# (computed once per parse; one stat per file, see vlbench.fingerprints).
+@functools.cache
+def _source_fingerprint(benchmark):
+    return source_fingerprint(config["benchmarks"][benchmark]["source"])
+
+
+@functools.cache
+def _model_fingerprint(model):
+    return model_fingerprint(config["models"][model])
+
+
+def source_files_fingerprint(wildcards):
+    """Fingerprint of the user-supplied files of a benchmark's source ("" for hub sources)."""
+    return _source_fingerprint(wildcards.benchmark)
+
+
+def model_files_fingerprint(wildcards):
+    """Fingerprint of the user-supplied files of a model (model_config, local weights)."""
+    return _model_fingerprint(wildcards.model)
+
+
 def checkpoint_input(wildcards):
     """The local checkpoint file a model loads, if any; random-init checkpoints are made by a rule."""
     return local_checkpoint(wildcards.model, config["models"][wildcards.model])
@@ -94,6 +123,13 @@ def query_and_gallery(wildcards):
 
 # Embedding shards (workflow/rules/embed.smk): pixel cache location and the gather's inputs.
 PIXEL_CACHE_DIR = "results/pixels"
+
+
+def shard_content_digest(wildcards):
+    """The content digest of an embedding shard's rows, from the shard plan."""
+    return shard_digest(
+        f"results/shards/{wildcards.benchmark}/{wildcards.modality}.json", wildcards.shard
+    )
 
 
 def embedding_shards(wildcards):

@@ -31,6 +31,7 @@ rule prepare_benchmark:
         protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
         settings=lambda wildcards: protocol_settings(config["benchmarks"][wildcards.benchmark]),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
+        source_files=source_files_fingerprint,
     conda:
         "../../envs/vlbench.yaml"
     log:

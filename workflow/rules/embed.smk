@@ -12,6 +12,7 @@ rule init_random_checkpoint:
         name=lambda wildcards: config["models"][wildcards.model]["name"],
         model_config=lambda wildcards: config["models"][wildcards.model]["model_config"],
         seed=lambda wildcards: config["models"][wildcards.model]["random_init_seed"],
+        model_files=model_files_fingerprint,
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -35,10 +36,15 @@ checkpoint plan_shards:
         "../../scripts/plan_shards.py"
 
 
+# The prepared data and the plan are `ancient`: re-preparing a benchmark (say, after one caption
+# was edited) reruns a shard only when its rows' content digest (a param, from the plan) changed,
+# so the image shards are kept when only texts changed, and vice versa.
 rule embed_shard:
     input:
-        data=lambda wildcards: f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}",
-        plan="results/shards/{benchmark}/{modality}.json",
+        data=lambda wildcards: ancient(
+            f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}"
+        ),
+        plan=ancient("results/shards/{benchmark}/{modality}.json"),
         weights=checkpoint_input,
     output:
         embeddings="results/embeddings/{model}/{benchmark}/{modality}/{shard}.npy",
@@ -50,7 +56,11 @@ rule embed_shard:
         model=lambda wildcards: model_spec_for_job(
             wildcards.model, config["models"][wildcards.model]
         ),
-        embedding=config["embedding"],
+        model_files=model_files_fingerprint,
+        content=shard_content_digest,
+        # Speed knobs (num_workers, pixel_cache) are read from the config by the job: a
+        # change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
+        embedding=result_keys(config, "embedding"),
         pixel_cache_dir=PIXEL_CACHE_DIR,
     threads: 2
     resources:

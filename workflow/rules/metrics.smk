@@ -22,8 +22,7 @@ rule rank:
         ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
     params:
         protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
-        tie_policy=config["ranking"]["tie_policy"],
-        block_mb=config["ranking"]["block_mb"],
+        ranking=result_keys(config, "ranking"),
     resources:
         mem_mb=lambda wildcards: config["ranking"]["block_mb"] + 1024,
     conda:
@@ -47,7 +46,7 @@ rule metrics:
         protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
         k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
         tie_policy=config["ranking"]["tie_policy"],
-        stats=config["metrics"],
+        stats=pick(config["metrics"], "confidence", "bootstrap_samples", "seed"),
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -76,7 +75,7 @@ rule paired_tests:
     output:
         csv="results/tables/paired_tests.csv",
     params:
-        stats=config["metrics"],
+        stats=pick(config["metrics"], "confidence", "permutation_samples", "seed"),
     conda:
         "../../envs/vlbench.yaml"
     log:

@@ -1,6 +1,7 @@
 # Stage 6: metrics tables, the papers' tables next to the published numbers, plots, provenance.
 # Everything meant for people is wrapped in report(...) for `snakemake --report report.html`.
 
+from vlbench.fingerprints import fingerprint
 from vlbench.paper_tables import layouts_for
 from vlbench.reference import read_map
 from vlbench.report_targets import table_targets
@@ -35,6 +36,8 @@ rule tables:
         csv="results/tables/metrics.csv",
         full="results/tables/metrics_full.csv",
         markdown=expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS),
+    params:
+        notebook_columns=config["metrics"]["notebook_columns"],
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -80,6 +83,9 @@ rule paper_table:
     params:
         benchmarks=BENCHMARKS,
         tolerance=config["tables"]["tolerance"],
+        # The reference files are inputs (mtime) and fingerprinted (a replacement by an older
+        # copy, or an in-place edit that keeps the mtime, reruns the table too).
+        reference_files=fingerprint([REFERENCE_CSV, REFERENCE_MAP]),
     conda:
         "../../envs/vlbench.yaml"
     log:

@@ -87,10 +87,10 @@ def hub_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if schema == "hf-hub":
         return [("revision", identifier, "model")]
     if adapter == "open_clip" and schema is None and spec.get("pretrained"):
+        if looks_like_path(spec["pretrained"]):
+            return []  # a local checkpoint: decided without importing open_clip (and torch)
         from open_clip.pretrained import get_pretrained_cfg
 
-        if looks_like_path(spec["pretrained"]):
-            return []
         cfg = get_pretrained_cfg(name, spec["pretrained"])
         if "mlfoundations" in cfg.get("url", "") or not cfg.get("hf_hub"):
             return []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 from pathlib import Path
 
 from vlbench.errors import VlbenchError
@@ -12,6 +14,61 @@ LOCAL_DIR_PREFIX = "local-dir:"
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 REPO_TYPES = ("model", "dataset")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
+# Connection failures that mean the hub was not reached at all (httpx, httpx2 and requests
+# name their connect errors so; the OS errors underneath carry these errnos).
+CONNECT_ERROR_NAMES = ("ConnectError", "ConnectTimeout", "ConnectionError")
+CONNECT_ERROR_MODULES = ("httpx", "httpcore", "requests", "urllib3")
+UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN}
+MODEL_OFFLINE_HINT = (
+    "to run offline, copy the repository to a local directory laid out like the hub repo and "
+    "point the model entry at it with 'local-dir:/that/dir' (or give a local checkpoint path)"
+)
+
+
+def hub_endpoint() -> str:
+    """The hub URL huggingface_hub talks to (HF_ENDPOINT, read when it was imported)."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """Why the hub could not be reached at all (offline mode, refused, DNS, no route), or None.
+
+    Looks through the exceptions `exc` was raised from: huggingface_hub wraps a connection
+    failure of a download in LocalEntryNotFoundError ("file not found in the cache").
+    """
+    from huggingface_hub import errors
+
+    for item in _chain(exc):
+        if isinstance(item, errors.OfflineModeIsEnabled):
+            return f"HF_HUB_OFFLINE is set, but this needs the hub at {hub_endpoint()}"
+        kind = type(item)
+        connect_error = kind.__name__ in CONNECT_ERROR_NAMES and kind.__module__.startswith(
+            CONNECT_ERROR_MODULES
+        )
+        if (
+            connect_error
+            or isinstance(item, socket.gaierror | ConnectionRefusedError)
+            or (isinstance(item, OSError) and item.errno in UNREACHABLE_ERRNOS)
+        ):
+            return f"the hub at {hub_endpoint()} could not be reached ({_one_line(item)})"
+    return None
 
 
 def looks_like_path(pretrained: str) -> bool:
@@ -47,6 +104,15 @@ def require_revision(label: str, repo: str, revision: str | None, key: str = "re
     return revision
 
 
+def _download_error(exc: BaseException, what: str, failed: str) -> VlbenchError:
+    """The one-line error of a failed download; an unreachable hub says how to run offline."""
+    reason = unreachable_reason(exc)
+    if reason is not None:
+        return VlbenchError(f"{what}: {failed}: {reason}; {MODEL_OFFLINE_HINT}")
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return VlbenchError(f"{what}: {failed} ({first_line})")
+
+
 def snapshot(
     repo: str,
     revision: str,
@@ -66,10 +132,7 @@ def snapshot(
             )
         )
     except Exception as exc:  # network, auth, missing revision: all reported in one line
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise VlbenchError(
-            f"hub {repo_type} {repo}@{revision}: download failed ({first_line})"
-        ) from exc
+        raise _download_error(exc, f"hub {repo_type} {repo}@{revision}", "download failed") from exc
 
 
 def hub_file(repo: str, filename: str, revision: str, repo_type: str = "model") -> Path:
@@ -81,9 +144,8 @@ def hub_file(repo: str, filename: str, revision: str, repo_type: str = "model") 
             hf_hub_download(repo_id=repo, filename=filename, revision=revision, repo_type=repo_type)
         )
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise VlbenchError(
-            f"hub {repo_type} {repo}@{revision}: cannot download {filename} ({first_line})"
+        raise _download_error(
+            exc, f"hub {repo_type} {repo}@{revision}", f"cannot download {filename}"
         ) from exc
 
 

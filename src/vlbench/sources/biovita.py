@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from vlbench.errors import VlbenchError
 from vlbench.hub_layout import split_files, split_patterns
-from vlbench.sources.hf_parquet import check_columns, check_image_struct, image_bytes
+from vlbench.sources.hf_parquet import check_columns, check_image_struct, image_bytes, text_value
 from vlbench.sources.records import Candidates, ImageRecord, SourceData
 
 SUBSETS = ("unseen_species", "unseen_genus")
@@ -40,8 +40,12 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     """Texts are the corpus (bare taxon names, group = taxon); images are the queries."""
     subset = _subset(source, where)
     split = source.get("split", "test")
-    _, corpus_parts = _read_part(root, subset, "corpus", split, PARTS["corpus"])
-    texts = [(str(r["id"]), r["text"], r["taxon"]) for part in corpus_parts for r in part]
+    corpus_files, corpus_parts = _read_part(root, subset, "corpus", split, PARTS["corpus"])
+    texts = [
+        (str(r["id"]), text_value(r["text"], path, "text", number, "corpus text"), r["taxon"])
+        for path, part in zip(corpus_files, corpus_parts, strict=True)
+        for number, r in enumerate(part)
+    ]
     _, qrel_parts = _read_part(root, subset, "qrels", split, PARTS["qrels"])
     qrels = [
         (str(r["query-id"]), str(r["corpus-id"]), int(r["score"])) for p in qrel_parts for r in p

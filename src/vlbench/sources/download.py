@@ -11,13 +11,19 @@ from typing import Any, TypeVar
 
 from vlbench.errors import VlbenchError
 from vlbench.hashing import file_sha256
+from vlbench.models.hub import unreachable_reason
 
 T = TypeVar("T")
 LOG = logging.getLogger("vlbench")
 PINNED = re.compile(r"^[0-9a-f]{40}$")
 UNPINNED = "UNPINNED"
+# Read at call time: tests (and impatient users) may lower them.
 ATTEMPTS = 5
 FIRST_DELAY_S = 2.0
+DATASET_OFFLINE_HINT = (
+    "to run offline, copy the dataset repository to a local directory laid out like the hub "
+    "repo and give the benchmark 'source: {path: /that/dir}' instead of repo + revision"
+)
 PATHS_PER_REQUEST = 500
 
 
@@ -30,20 +36,34 @@ def require_pinned(repo: str, revision: str, where: str) -> None:
         )
 
 
+def offline_error(repo: str, revision: str, reason: str) -> VlbenchError:
+    """The one-line error for a hub that could not be reached, with how to run offline."""
+    return VlbenchError(f"dataset {repo}@{revision}: {reason}; {DATASET_OFFLINE_HINT}")
+
+
 def _permanent_error(exc: BaseException, repo: str, revision: str) -> VlbenchError | None:
     """The one-line error for failures that retrying cannot fix, else None."""
     from huggingface_hub import errors
 
+    reason = unreachable_reason(exc)
+    # huggingface_hub has already retried a download (LocalEntryNotFoundError) for ~20 s, and
+    # offline mode never recovers: only a bare connection error is worth retrying here.
+    if reason is not None and (
+        isinstance(exc, errors.OfflineModeIsEnabled | errors.LocalEntryNotFoundError)
+    ):
+        return offline_error(repo, revision, reason)
+    if reason is not None:
+        return None
     if isinstance(exc, errors.RevisionNotFoundError):
         return VlbenchError(f"dataset {repo}: revision {revision} does not exist")
     if isinstance(exc, errors.GatedRepoError):
         return VlbenchError(f"dataset {repo} is gated: accept its terms on the hub and log in")
     if isinstance(exc, errors.RepositoryNotFoundError):
         return VlbenchError(f"dataset {repo}: repository not found (or not public)")
-    if isinstance(exc, errors.EntryNotFoundError | errors.RemoteEntryNotFoundError):
-        return VlbenchError(f"dataset {repo}@{revision}: file not found ({exc})")
     if isinstance(exc, errors.LocalEntryNotFoundError):
         return None
+    if isinstance(exc, errors.EntryNotFoundError | errors.RemoteEntryNotFoundError):
+        return VlbenchError(f"dataset {repo}@{revision}: file not found ({exc})")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     transient = status is None or status >= 500 or status == 429
     if isinstance(exc, errors.HfHubHTTPError) and not transient:
@@ -55,15 +75,19 @@ def with_retries(
     call: Callable[[], T],
     repo: str,
     revision: str,
-    attempts: int = ATTEMPTS,
-    first_delay_s: float = FIRST_DELAY_S,
+    attempts: int | None = None,
+    first_delay_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Run `call`, retrying transient failures with exponential backoff.
 
-    Permanent failures (missing revision, repository or file; gated repo) raise a one-line
+    `attempts` and `first_delay_s` default to the module's ATTEMPTS and FIRST_DELAY_S.
+    Permanent failures (missing revision, repository or file; gated repo; offline mode; a
+    download that huggingface_hub already retried without reaching the hub) raise a one-line
     VlbenchError at once. Partial downloads resume: huggingface_hub keeps `.incomplete` files.
     """
+    attempts = ATTEMPTS if attempts is None else attempts
+    first_delay_s = FIRST_DELAY_S if first_delay_s is None else first_delay_s
     for attempt in range(1, attempts + 1):
         try:
             return call()
@@ -74,6 +98,9 @@ def with_retries(
             if permanent is not None:
                 raise permanent from exc
             if attempt == attempts:
+                reason = unreachable_reason(exc)
+                if reason is not None:
+                    raise offline_error(repo, revision, reason) from exc
                 raise VlbenchError(
                     f"dataset {repo}@{revision}: download failed after {attempts} attempts "
                     f"({type(exc).__name__}: {exc})"

@@ -43,32 +43,46 @@ def image_bytes(value: dict[str, Any] | None) -> bytes:
     return value["bytes"]
 
 
+def text_value(value: Any, path: Path, column: str, row: int, what: str) -> str:
+    """A non-empty string cell of a text column, else a one-line error naming file, column, row."""
+    if value is None:
+        raise VlbenchError(f"{path}: row {row}: the {what} is empty")
+    if not isinstance(value, str):
+        raise VlbenchError(
+            f"{path}: row {row}: column '{column}' holds {type(value).__name__} {value!r}, "
+            f"not text (the {what} column must hold strings)"
+        )
+    if not value.strip():
+        raise VlbenchError(f"{path}: row {row}: the {what} is empty")
+    return value
+
+
 def read_paired_files(files: list[Path], caption_column: str = "caption") -> SourceData:
-    """Read paired rows from the split's parquet files; ids are the global row numbers."""
+    """Read paired rows from the split's parquet files; ids are the global row numbers.
+
+    Errors name the file and the row within it.
+    """
     texts: list[tuple[str, str, str | None]] = []
     for path in files:
         schema = pq.read_schema(path)
         check_columns(path, schema, ("image", caption_column), "the paired protocol")
         check_image_struct(path, schema, "image")
-    row = 0
     for path in files:
         column = pq.read_table(path, columns=[caption_column]).column(caption_column)
-        for value in column.to_pylist():
-            if value is None or not value.strip():
-                raise VlbenchError(f"{path}: row {row}: the caption is empty")
-            texts.append((str(row), value, None))
-            row += 1
+        for number, value in enumerate(column.to_pylist()):
+            caption = text_value(value, path, caption_column, number, "caption")
+            texts.append((str(len(texts)), caption, None))
 
     def images() -> Iterator[ImageRecord]:
-        offset = 0
+        offset = 0  # the id: the row number over all files; messages name the file's own row
         for path in files:
             source = pq.ParquetFile(path)
+            row = 0
             for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=["image"]):
                 for value in batch.column("image").to_pylist():
-                    yield ImageRecord(
-                        str(offset), image_bytes(value), None, f"{path}: row {offset}"
-                    )
+                    yield ImageRecord(str(offset), image_bytes(value), None, f"{path}: row {row}")
                     offset += 1
+                    row += 1
 
     qrels = [(text_id, text_id, 1) for text_id, _, _ in texts]
     return SourceData(images(), texts, qrels, info={"files": [path.name for path in files]})

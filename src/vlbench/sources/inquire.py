@@ -10,7 +10,13 @@ import pyarrow.parquet as pq
 
 from vlbench.errors import VlbenchError
 from vlbench.hub_layout import split_files
-from vlbench.sources.hf_parquet import check_columns, check_image_struct, hub_patterns, image_bytes
+from vlbench.sources.hf_parquet import (
+    check_columns,
+    check_image_struct,
+    hub_patterns,
+    image_bytes,
+    text_value,
+)
 from vlbench.sources.records import Candidates, ImageRecord, SourceData
 
 COLUMNS = ("image", "query", "relevant", "inat24_image_id", "supercategory")
@@ -33,9 +39,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     for path in files:
         rows = pq.read_table(path, columns=list(COLUMNS[1:])).to_pylist()
         for number, row in enumerate(rows):
-            query = row["query"]
-            if query is None or not query.strip():
-                raise VlbenchError(f"{path}: row {number}: the query is empty")
+            query = text_value(row["query"], path, "query", number, "query")
             query_id = query_ids.setdefault(query, f"q{len(query_ids):04d}")
             if supercategory.setdefault(query_id, row["supercategory"]) != row["supercategory"]:
                 raise VlbenchError(f"{path}: row {number}: query {query!r} changes supercategory")

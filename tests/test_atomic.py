@@ -1,0 +1,120 @@
+"""Atomic writes: modes under the process umask, a full disk as a one-line error."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vlbench import atomic
+from vlbench.atomic import (
+    atomic_directory,
+    atomic_path,
+    current_umask,
+    npy_bytes,
+    reserve_space,
+    reserved_npy_memmap,
+    write_text,
+)
+from vlbench.errors import VlbenchError
+
+
+@pytest.fixture(params=[0o022, 0o027], ids=["umask022", "umask027"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_files_and_directories_get_the_umask_modes(umask: int, tmp_path: Path) -> None:
+    write_text(tmp_path / "a.txt", "a\n")
+    with atomic_path(tmp_path / "b.bin") as tmp:
+        tmp.write_bytes(b"b")
+    with atomic_directory(tmp_path / "c") as tmp:
+        (tmp / "inner.txt").write_text("c\n")
+    assert mode(tmp_path / "a.txt") == 0o666 & ~umask
+    assert mode(tmp_path / "b.bin") == 0o666 & ~umask
+    assert mode(tmp_path / "c") == 0o777 & ~umask
+    assert mode(tmp_path / "c" / "inner.txt") == 0o666 & ~umask
+    assert os.umask(umask) == umask  # reading the umask left it as it was
+
+
+def test_umask_without_proc_is_read_and_restored(
+    umask: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_proc(*_args: object) -> Path:
+        raise OSError(errno.ENOENT, "no /proc here")
+
+    monkeypatch.setattr(atomic, "Path", no_proc)
+    assert current_umask() == umask
+    assert os.umask(umask) == umask
+
+
+def test_full_disk_in_an_atomic_write_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "matrix.npy"
+    expected = 5_000_000
+    with pytest.raises(VlbenchError) as caught, atomic_path(target, expected_bytes=expected) as tmp:
+        tmp.write_bytes(b"x" * 10)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(caught.value) == f"no space left on device for {target} (needs about 5.0 MB)"
+    assert [p.name for p in tmp_path.rglob("*")] == ["out"]
+
+
+def test_full_disk_with_an_unknown_size_names_what_was_written(tmp_path: Path) -> None:
+    target = tmp_path / "table.csv"
+    with pytest.raises(VlbenchError) as caught, atomic_path(target) as tmp:
+        tmp.write_bytes(b"x" * 3_000_000)
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+    assert str(caught.value) == f"disk quota exceeded for {target} (needs more than 3.0 MB)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_disk_in_an_atomic_directory_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "bench"
+    with pytest.raises(VlbenchError) as caught, atomic_directory(target) as tmp:
+        (tmp / "part.bin").write_bytes(b"x" * 1000)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(caught.value) == f"no space left on device for {target} (needs more than 0.1 MB)"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("unsupported", [errno.EOPNOTSUPP, errno.EINVAL])
+def test_reserve_space_writes_zeros_where_fallocate_is_unsupported(
+    unsupported: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_fallocate(fd: int, offset: int, length: int) -> None:
+        raise OSError(unsupported, os.strerror(unsupported))
+
+    monkeypatch.setattr(atomic.os, "posix_fallocate", no_fallocate)
+    monkeypatch.setattr(atomic, "ZERO_FILL_CHUNK", 4096)
+    path = tmp_path / "reserved"
+    with open(path, "wb") as handle:
+        handle.write(b"head")
+        handle.flush()
+        reserve_space(handle.fileno(), 10_000)
+    data = path.read_bytes()
+    assert len(data) == 10_000 and data[:4] == b"head" and not any(data[4:])
+    assert path.stat().st_blocks * 512 >= 10_000  # written, not a sparse hole
+
+
+def test_reserved_memmap_is_a_valid_npy_of_the_announced_size(tmp_path: Path) -> None:
+    path = tmp_path / "a.npy"
+    shape = (7, 5, 3)
+    with open(path, "w+b") as handle:
+        array = reserved_npy_memmap(handle, np.uint8, shape)
+        array[:] = np.arange(105, dtype=np.uint8).reshape(shape)
+        array.flush()
+        del array
+    assert path.stat().st_size == npy_bytes(np.uint8, shape)
+    assert np.array_equal(np.load(path), np.arange(105, dtype=np.uint8).reshape(shape))
