@@ -43,6 +43,9 @@ MATRIX_ELSEWHERE = {
     ),
     "config key typo": "test_config.py::test_typo_in_model_key_names_key_and_allowed_ones",
     "config key typo via snakemake": "test_workflow_e2e.py::test_typo_in_config_is_one_clear_line",
+    "config key given twice via snakemake": (
+        "test_workflow_e2e.py::test_a_model_key_given_twice_is_one_clear_line"
+    ),
     "missing local path": (
         "test_workflow_e2e.py::test_missing_local_source_fails_naming_key_and_path"
     ),

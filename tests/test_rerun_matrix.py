@@ -262,6 +262,11 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
     "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
     "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
+    "embedding.shard_size": (
+        set_key("embedding", "shard_size", value=10),
+        {job("plan_shards", benchmark=b, modality=m) for b in BENCHMARKS for m in MODALITIES}
+        | from_gather(),
+    ),
     "embedding.storage_dtype": (
         set_key("embedding", "storage_dtype", value="float16"),
         from_shards(),

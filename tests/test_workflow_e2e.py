@@ -147,6 +147,19 @@ def test_typo_in_config_is_one_clear_line(workdir: Path) -> None:
     assert "Traceback" not in output
 
 
+def test_a_model_key_given_twice_is_one_clear_line(workdir: Path) -> None:
+    config = write_config(
+        workdir, {"models": {"tiny": tiny_model()}, "benchmarks": {"demo": synthetic_benchmark(10)}}
+    )
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("benchmarks:", "  tiny:\n    name: other\nbenchmarks:"))
+    result = run_workflow(workdir, config, "--dry-run", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "key 'tiny' is given twice (first at line 2)" in output
+    assert "Traceback" not in output
+
+
 def test_missing_local_source_fails_naming_key_and_path(workdir: Path) -> None:
     benchmark = {"protocol": "paired", "source": {"path": "no/such/dir"}, "k": [1]}
     config = {"models": {"tiny": tiny_model()}, "benchmarks": {"local": benchmark}}
