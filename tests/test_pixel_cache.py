@@ -220,12 +220,17 @@ def test_full_disk_while_caching_is_one_line_and_leaves_no_partial(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(atomic.os, "posix_fallocate", full)
+    assert_full_disk_is_one_line(source, tmp_path)
+
+
+def assert_full_disk_is_one_line(source: Path, root: Path) -> None:
+    """Caching the images of `source` under `root` stops with the one-line full-disk error."""
     with pytest.raises(VlbenchError) as caught:
-        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path))
+        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(root))
     # 21 rows of 64x64x3 bytes and a 128-byte header: 258,176 bytes.
-    shard = cache_of(source, tmp_path).shard_path(0, ROWS)
+    shard = cache_of(source, root).shard_path(0, ROWS)
     assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
-    assert partials(tmp_path) == []
+    assert partials(root) == []
     assert not shard.exists()
 
 
@@ -311,8 +316,4 @@ def test_full_real_disk_while_caching_is_one_line(
             raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
         monkeypatch.setattr(atomic.os, "posix_fallocate", unsupported)
-    with pytest.raises(VlbenchError) as caught:
-        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(small_disk))
-    shard = cache_of(source, small_disk).shard_path(0, ROWS)
-    assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
-    assert partials(small_disk) == []
+    assert_full_disk_is_one_line(source, small_disk)
