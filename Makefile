@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlbench-installed
 CORES ?= 2
 
-.PHONY: demo test lint report clean venv
+.PHONY: demo test check lint report clean venv
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The edit-test loop: lint and the unit tests, without whole-workflow runs or the SLURM cluster.
+check: lint
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q --ignore=tests/end_to_end --ignore=tests/cluster
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -19,5 +19,5 @@ include: "workflow/rules/tables.smk"
 
 rule all:
     input:
-        all_targets(),
+        ALL_TARGETS,
     default_target: True

@@ -40,12 +40,12 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
-from vlbench.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
-from vlbench.embed import embed_modality_sharded
-from vlbench.embed_shards import EmbedSettings, embed_rows
-from vlbench.models import load_open_clip
-from vlbench.shard_files import load_embeddings, read_snakemake_benchmark
-from vlbench.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
+from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
+from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
+from vlbench.embedding.matrices import embed_modality_sharded
+from vlbench.embedding.models import load_open_clip
+from vlbench.embedding.shard_files import load_embeddings, read_snakemake_benchmark
+from vlbench.embedding.shards import EmbedSettings, embed_rows
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -278,8 +278,8 @@ def bench_forward_floor(
 
 def bench_decode(source: Path, model: Any, images: int) -> dict[str, float]:
     """Decode + geometric transform alone: full vs draft JPEG decoding, images/s."""
-    from vlbench.embed_loader import decode_image
-    from vlbench.image_transform import ImagePipeline
+    from vlbench.embedding.image_transform import ImagePipeline
+    from vlbench.embedding.loader import decode_image
 
     pipeline = ImagePipeline.from_model(model)
     blobs = pq.read_table(source).slice(0, images).column("image").to_pylist()
@@ -406,8 +406,8 @@ def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str
             shutil.rmtree(data / stale, ignore_errors=True)
         code = (
             "import sys, time; from pathlib import Path\n"
-            "from vlbench.embed import embed_modality_sharded\n"
-            "from vlbench.embed_shards import EmbedSettings, peak_rss_mb\n"
+            "from vlbench.embedding.matrices import embed_modality_sharded\n"
+            "from vlbench.embedding.shards import EmbedSettings, peak_rss_mb\n"
             "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests'))\n"
             "from embed_support import tiny_model\n"
             "d = Path(sys.argv[2]); m = tiny_model()\n"

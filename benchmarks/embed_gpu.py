@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from embed import photo_jpeg
 
-from vlbench.canonical import IMAGES_SCHEMA
-from vlbench.embed_shards import EmbedSettings, embed_rows
-from vlbench.models import load_open_clip
+from vlbench.data.canonical import IMAGES_SCHEMA
+from vlbench.embedding.models import load_open_clip
+from vlbench.embedding.shards import EmbedSettings, embed_rows
 
 
 def _jpeg(args: tuple[int, int, int]) -> bytes:

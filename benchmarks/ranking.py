@@ -49,7 +49,7 @@ def _measure(method: str, n_queries: int, n_gallery: int, dim: int, block_mb: in
             scores = queries[lo : lo + step] @ gallery.T
             del scores
     elif method == "exact":
-        from vlbench.ranking import Relevance, exact_ranks
+        from vlbench.rank.exact import Relevance, exact_ranks
 
         relevance = Relevance(np.arange(n_queries + 1), np.arange(n_queries))
         ranks = exact_ranks(queries, gallery, relevance, "index", block_mb).ranks

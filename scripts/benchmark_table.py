@@ -1,8 +1,8 @@
 """Rule benchmark_table: one benchmark's metrics as an HTML table for the report."""
 
 from vlbench.atomic import write_text
+from vlbench.report.tables import html_table, read_full_metrics
 from vlbench.rule_log import rule_log
-from vlbench.tables import html_table, read_full_metrics
 
 with rule_log(snakemake.log[0]) as log:
     metrics = read_full_metrics(snakemake.input.full)

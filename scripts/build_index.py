@@ -1,6 +1,6 @@
 """Rule build_index: a faiss IndexFlatIP over one gallery's embeddings."""
 
-from vlbench.index import build_flat_index
+from vlbench.rank.index import build_flat_index
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

@@ -3,12 +3,12 @@
 import os
 from pathlib import Path
 
-from vlbench.embed import EmbedSettings, model_record
-from vlbench.embed_shards import embed_shard
-from vlbench.gpu_slots import claim_gpu
-from vlbench.models import load_model
+from vlbench.embedding.gpu_slots import claim_gpu
+from vlbench.embedding.matrices import EmbedSettings, model_record
+from vlbench.embedding.models import load_model
+from vlbench.embedding.shard_files import read_shard_plan
+from vlbench.embedding.shards import embed_shard
 from vlbench.rule_log import rule_log
-from vlbench.shard_files import read_shard_plan
 
 with rule_log(snakemake.log[0]) as log:
     # Locally Snakemake sets no CUDA_VISIBLE_DEVICES: lock a GPU of our own before CUDA starts.

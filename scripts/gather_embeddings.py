@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from vlbench.embedding.shard_files import gather_shards
 from vlbench.rule_log import rule_log
-from vlbench.shard_files import gather_shards
 
 with rule_log(snakemake.log[0]) as log:
     rows = gather_shards(

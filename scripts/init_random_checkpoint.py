@@ -1,6 +1,6 @@
 """Rule init_random_checkpoint: seeded random weights of a custom architecture, as a checkpoint."""
 
-from vlbench.models import write_random_checkpoint
+from vlbench.embedding.models import write_random_checkpoint
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

@@ -1,7 +1,7 @@
 """Rule paired_tests: every pair of models on the same queries, metric by metric."""
 
-from vlbench.metrics_job import write_csv
-from vlbench.metrics_table import StatsSettings, paired_rows
+from vlbench.metrics.job import write_csv
+from vlbench.metrics.rows import StatsSettings, paired_rows
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

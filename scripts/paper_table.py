@@ -2,12 +2,12 @@
 
 from pathlib import Path
 
-from vlbench.paper_layouts import LAYOUTS
-from vlbench.paper_tables import build_paper_table
-from vlbench.reference import read_map, read_reference
+from vlbench.report.paper_layouts import LAYOUTS
+from vlbench.report.paper_tables import build_paper_table
+from vlbench.report.reference import read_map, read_reference
+from vlbench.report.table_writers import write_paper_table
+from vlbench.report.tables import read_full_metrics
 from vlbench.rule_log import rule_log
-from vlbench.table_writers import write_paper_table
-from vlbench.tables import read_full_metrics
 
 with rule_log(snakemake.log[0]) as log:
     table = build_paper_table(

@@ -2,7 +2,7 @@
 
 import json
 
-from vlbench.metrics_job import write_per_class
+from vlbench.metrics.job import write_per_class
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

@@ -1,7 +1,7 @@
 """Checkpoint plan_shards: cut one modality of a prepared benchmark into row ranges."""
 
+from vlbench.embedding.shard_files import write_shard_plan
 from vlbench.rule_log import rule_log
-from vlbench.shard_files import write_shard_plan
 
 with rule_log(snakemake.log[0]) as log:
     count = write_shard_plan(

@@ -1,8 +1,8 @@
 """Rule plot_benchmark: Recall@k curves and per-model bars with 95% intervals for one benchmark."""
 
-from vlbench.plots import write_benchmark_plots
+from vlbench.report.plots import write_benchmark_plots
+from vlbench.report.tables import read_full_metrics
 from vlbench.rule_log import rule_log
-from vlbench.tables import read_full_metrics
 
 with rule_log(snakemake.log[0]) as log:
     write_benchmark_plots(

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from vlbench.prepare import prepare_benchmark
+from vlbench.data.prepare import prepare_benchmark
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

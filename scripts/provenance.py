@@ -1,6 +1,6 @@
 """Rule provenance: weights, dataset revision, versions, device and timings behind one benchmark."""
 
-from vlbench.provenance import collect_provenance, write_provenance
+from vlbench.report.provenance import collect_provenance, write_provenance
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

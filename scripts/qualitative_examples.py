@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from vlbench.qualitative import write_examples
+from vlbench.report.qualitative import write_examples
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

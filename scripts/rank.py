@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from vlbench.rank_job import rank_direction
+from vlbench.rank.job import rank_direction
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

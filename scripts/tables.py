@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from vlbench.report.tables import write_tables
 from vlbench.rule_log import rule_log
-from vlbench.tables import write_tables
 
 with rule_log(snakemake.log[0]) as log:
     write_tables(

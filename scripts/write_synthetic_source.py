@@ -1,7 +1,7 @@
 """Rule write_synthetic_source: a synthetic benchmark in the BioMedFlickr hub layout."""
 
+from vlbench.data.synthetic import write_synthetic_biomedflickr
 from vlbench.rule_log import rule_log
-from vlbench.synthetic import write_synthetic_biomedflickr
 
 with rule_log(snakemake.log[0]) as log:
     settings = snakemake.params.synthetic

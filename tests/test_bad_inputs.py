@@ -18,14 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from fixtures_sources import prepare_paired_files
 from PIL import Image
 from workflow_helpers import REPO, TINY_MODEL_CONFIG
 
-from vlbench.canonical import IMAGES_SCHEMA, read_table
-from vlbench.embed_loader import decode_image
+from vlbench.data.canonical import IMAGES_SCHEMA, read_table
+from vlbench.embedding.loader import decode_image
+from vlbench.embedding.models import load_model, normalise, write_random_checkpoint
 from vlbench.errors import VlbenchError
-from vlbench.models import load_model, normalise, write_random_checkpoint
-from vlbench.prepare_paired import prepare_paired
 
 SOURCE = Path("bench/images.parquet")
 
@@ -226,7 +226,7 @@ def paired_source(tmp_path: Path, captions: list[str | None]) -> list[Path]:
 def test_empty_or_whitespace_caption_names_the_row(tmp_path: Path, caption: str) -> None:
     files = paired_source(tmp_path, ["fine", "also fine", caption])
     with pytest.raises(VlbenchError, match="row 2: the caption is empty"):
-        prepare_paired(files, tmp_path / "out", {})
+        prepare_paired_files(files, tmp_path / "out", {})
 
 
 def replace_column(path: Path, column: str, values: list) -> None:
@@ -241,7 +241,7 @@ def test_numeric_text_column_names_the_file_column_and_row(tmp_path: Path, kind:
     """A caption / query / corpus text column holding numbers, loaded by the source loader."""
     from fixtures_sources import write_biovita_repo, write_inquire_repo
 
-    from vlbench.sources import biovita, hf_parquet, inquire
+    from vlbench.data.sources import biovita, hf_parquet, inquire
 
     root = tmp_path / "repo"
     source: dict = {"split": "test"}
@@ -270,7 +270,7 @@ def test_numeric_text_column_names_the_file_column_and_row(tmp_path: Path, kind:
 def test_empty_benchmark_is_an_error(tmp_path: Path) -> None:
     files = paired_source(tmp_path, [])
     with pytest.raises(VlbenchError, match="the benchmark has no images"):
-        prepare_paired(files, tmp_path / "out", {})
+        prepare_paired_files(files, tmp_path / "out", {})
     assert not (tmp_path / "out" / "images.parquet").exists()
 
 
@@ -285,6 +285,7 @@ def test_matrix_is_complete() -> None:
     """Every row tested elsewhere names a test that exists."""
     for row, reference in MATRIX_ELSEWHERE.items():
         file_name, test_name = reference.split("::")
-        tree = ast.parse((REPO / "tests" / file_name).read_text())
+        [path] = (REPO / "tests").rglob(file_name)
+        tree = ast.parse(path.read_text())
         names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
         assert test_name in names, f"matrix row {row!r}: {reference} is missing"

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from workflow_helpers import REPO, synthetic_benchmark, tiny_model
+from workflow_helpers import REPO, synthetic_benchmark, tiny_model, validate
 
-from vlbench.config import read_config, validate_config
 from vlbench.errors import VlbenchError
 from vlbench.yaml_files import check_no_duplicate_keys, read_yaml_mapping
 
@@ -19,7 +18,7 @@ def minimal() -> dict:
 def test_defaults_are_filled() -> None:
     config = minimal()
     del config["benchmarks"]["demo"]["k"]
-    validated = validate_config(config)
+    validated = validate(config)
     assert validated["benchmarks"]["demo"]["k"] == [1, 10, 100, 1000]
     assert validated["models"]["tiny"]["precision"] == "fp32"
     assert validated["embedding"]["batch_size"] == 64
@@ -29,7 +28,7 @@ def test_defaults_are_filled() -> None:
 
 
 def test_default_config_file_is_valid() -> None:
-    config = read_config(REPO / "config" / "config.yaml")
+    config = read_and_validate(REPO / "config" / "config.yaml")
     assert list(config["models"]) == ["tiny-random"]
 
 
@@ -37,7 +36,7 @@ def test_typo_in_model_key_names_key_and_allowed_ones() -> None:
     config = minimal()
     config["models"]["tiny"]["pretrianed"] = "openai"
     with pytest.raises(VlbenchError) as info:
-        validate_config(config, "mine.yaml")
+        validate(config, "mine.yaml")
     message = str(info.value)
     assert "\n" not in message
     assert "'pretrianed'" in message and "models.tiny" in message
@@ -49,7 +48,7 @@ def test_typo_at_top_level() -> None:
     config = minimal()
     config["benchmark"] = config.pop("benchmarks")
     with pytest.raises(VlbenchError, match=r"'benchmark'.*allowed: benchmarks, embedding"):
-        validate_config(config)
+        validate(config)
 
 
 @pytest.mark.parametrize("key", ["../escape", "a/b", "x..y", ".hidden", "", "a" * 65])
@@ -57,7 +56,7 @@ def test_keys_used_in_paths_are_constrained(key: str) -> None:
     config = minimal()
     config["models"][key] = config["models"].pop("tiny")
     with pytest.raises(VlbenchError, match="models"):
-        validate_config(config)
+        validate(config)
 
 
 def test_unpinned_hub_revision_is_rejected() -> None:
@@ -67,26 +66,26 @@ def test_unpinned_hub_revision_is_rejected() -> None:
         "revision": "main",
     }
     with pytest.raises(VlbenchError, match="revision"):
-        validate_config(config)
+        validate(config)
 
 
 def test_source_with_unknown_key_names_it() -> None:
     config = minimal()
     config["benchmarks"]["demo"]["source"] = {"path": "x", "splt": "test"}
     with pytest.raises(VlbenchError, match="'splt'"):
-        validate_config(config)
+        validate(config)
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(VlbenchError, match="config file not found"):
-        read_config(tmp_path / "absent.yaml")
+        read_and_validate(tmp_path / "absent.yaml")
 
 
 def test_nested_typo_in_a_source_form_names_that_key() -> None:
     config = minimal()
     config["benchmarks"]["demo"]["source"] = {"path": "x", "expected": {"rowz": 3}}
     with pytest.raises(VlbenchError) as info:
-        validate_config(config)
+        validate(config)
     assert "'rowz'" in str(info.value) and "benchmarks.demo.source.expected" in str(info.value)
 
 
@@ -94,7 +93,7 @@ def test_source_of_no_known_form_lists_the_forms() -> None:
     config = minimal()
     config["benchmarks"]["demo"]["source"] = {"split": "test"}
     with pytest.raises(VlbenchError, match=r"repo \+ revision; path; synthetic"):
-        validate_config(config)
+        validate(config)
 
 
 DUPLICATE_MODEL = """\
@@ -114,7 +113,7 @@ def test_duplicate_model_key_names_file_key_and_line(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(DUPLICATE_MODEL, encoding="utf-8")
     with pytest.raises(VlbenchError) as info:
-        read_config(path)
+        read_and_validate(path)
     message = str(info.value)
     assert message.startswith(f"{path}: line 6: key 'tiny' is given twice (first at line 2)")
     assert "\n" not in message
@@ -142,3 +141,8 @@ def test_duplicate_keys_in_a_configfile_snakemake_loads_itself(tmp_path: Path) -
     assert entry == {"name": "y", "precision": "fp32"}
     for shipped in sorted((REPO / "config").rglob("*.yaml")):
         check_no_duplicate_keys(shipped)
+
+
+def read_and_validate(path: Path) -> dict:
+    """A config file read and validated as the workflow does."""
+    return validate(read_yaml_mapping(path, "config file"), str(path))

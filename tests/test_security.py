@@ -57,7 +57,7 @@ def test_numpy_load_rejects_an_object_array(tmp_path: Path) -> None:
     """What allow_pickle=False buys: an object array in a .npy is refused, not unpickled."""
     path = tmp_path / "evil.npy"
     np.save(path, np.array([{"payload": 1}], dtype=object), allow_pickle=True)
-    from vlbench.index import build_flat_index
+    from vlbench.rank.index import build_flat_index
 
     with pytest.raises(ValueError, match="pickle"):
         build_flat_index(path, tmp_path / "x.faiss")
@@ -69,7 +69,7 @@ class Payload:
 
 def test_checkpoint_with_arbitrary_object_is_refused(tmp_path: Path) -> None:
     """The model loader reads checkpoints with weights_only=True: a pickled object is refused."""
-    from vlbench.models import load_model
+    from vlbench.embedding.models import load_model
 
     path = tmp_path / "evil.pt"
     torch.save({"state_dict": {"w": torch.zeros(1)}, "extra": Payload()}, path)

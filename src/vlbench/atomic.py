@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import io
 import math
 import os
 import re
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,10 +23,23 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from vlbench.errors import VlbenchError
-from vlbench.faults import crash_point
 
 if TYPE_CHECKING:
     import numpy as np
+
+# Fault injection for tests: set VLBENCH_CRASH_BEFORE to a glob pattern and the first atomic
+# write whose final path matches kills its process group (Snakemake and every running job) with
+# SIGKILL just before the temporary file would be renamed into place. Unset, this costs one
+# environment lookup.
+CRASH_ENV = "VLBENCH_CRASH_BEFORE"
+
+
+def crash_point(path: str) -> None:
+    """SIGKILL the process group if `path` (made absolute) matches VLBENCH_CRASH_BEFORE."""
+    pattern = os.environ.get(CRASH_ENV)
+    if pattern and fnmatch.fnmatch(os.path.abspath(path), pattern):
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
 
 FILE_MODE = 0o666
 DIRECTORY_MODE = 0o777

@@ -14,12 +14,11 @@ import numpy as np
 import polars as pl
 
 from vlbench.errors import VlbenchError
-from vlbench.evaluation import Side, normalise_rows, rank_protocol
-from vlbench.metrics_job import score_ranks, write_csv
-from vlbench.metrics_table import StatsSettings, per_class_table
-from vlbench.protocols import PROTOCOL_DIRECTIONS
-from vlbench.ranking import TIE_POLICIES
-from vlbench.retrieval import DIRECTIONS
+from vlbench.metrics.job import score_ranks, write_csv
+from vlbench.metrics.rows import StatsSettings, per_class_table
+from vlbench.protocols import DIRECTIONS, PROTOCOLS
+from vlbench.rank.exact import TIE_POLICIES
+from vlbench.rank.protocol_ranks import Side, normalise_rows, rank_protocol
 
 STDOUT = "-"
 # Integer options must fit the int64 arithmetic they end up in.
@@ -176,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "score",
         help="metrics from precomputed query and gallery embeddings (see docs/score.md)",
     )
-    score.add_argument("--protocol", required=True, choices=sorted(PROTOCOL_DIRECTIONS))
+    score.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS))
     score.add_argument("--queries", required=True, help="query embeddings (.npy, rows)")
     score.add_argument("--query-ids", required=True, help="parquet: id[, group] per query row")
     score.add_argument("--gallery", required=True, help="gallery embeddings (.npy, rows)")
@@ -227,7 +226,7 @@ def run_score(args: argparse.Namespace) -> int:
     for option in ("ranks_out", "outcomes_out", "per_class_out"):
         if getattr(args, option) == STDOUT:
             raise VlbenchError(f"--{option.replace('_', '-')}: only --out can be '-' (stdout)")
-    direction = args.direction or PROTOCOL_DIRECTIONS[args.protocol][0]
+    direction = args.direction or PROTOCOLS[args.protocol].directions[0]
     queries = read_side(args.queries, args.query_ids, "queries")
     gallery = read_side(args.gallery, args.gallery_ids, "gallery")
     ranks = rank_protocol(
@@ -260,7 +259,7 @@ def run_score(args: argparse.Namespace) -> int:
         _write("--ranks-out", args.ranks_out, ranks.write_parquet)
     if args.outcomes_out:
         _write("--outcomes-out", args.outcomes_out, outcomes.write_parquet)
-    if args.per_class_out and args.protocol == "zeroshot":
+    if args.per_class_out and PROTOCOLS[args.protocol].per_class:
         keys = ("benchmark", "subset", "model")
         per_class = per_class_table(ranks, **{k: labels[k] for k in keys})
         _write("--per-class-out", args.per_class_out, lambda path: write_csv(per_class, path))

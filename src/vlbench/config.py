@@ -11,9 +11,6 @@ import jsonschema
 import yaml
 
 from vlbench.errors import VlbenchError
-from vlbench.yaml_files import read_yaml_mapping
-
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 # Keys that cannot change any number (speed and memory knobs): no rule passes them as a param,
 # so changing one reruns nothing; the jobs read them from the config at run time.
@@ -35,7 +32,7 @@ def pick(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {key: mapping[key] for key in keys if key in mapping}
 
 
-def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+def load_schema(path: str | Path) -> dict[str, Any]:
     """Read the YAML JSON-schema file."""
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
@@ -119,7 +116,7 @@ def explain(error: jsonschema.ValidationError, source: str) -> str:
 
 
 def validate_config(
-    config: Mapping[str, Any], source: str = "config", schema_path: str | Path = SCHEMA_PATH
+    config: Mapping[str, Any], source: str, schema_path: str | Path
 ) -> dict[str, Any]:
     """Return a validated copy of `config` with every schema default filled in.
 
@@ -131,11 +128,6 @@ def validate_config(
     if errors:
         raise VlbenchError(explain(errors[0], source))
     return instance
-
-
-def read_config(path: str | Path) -> dict[str, Any]:
-    """Read and validate a YAML config file."""
-    return validate_config(read_yaml_mapping(path, "config file"), str(path))
 
 
 def source_kind(source: Mapping[str, Any]) -> str:

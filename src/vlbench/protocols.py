@@ -1,126 +1,118 @@
-"""What each protocol evaluates: its directions and the metrics it reports.
+"""The protocol registry: every stage asks here what a benchmark's protocol implies.
 
-Metric names (the `metric` column of the metric CSVs; `k` is the cut-off or empty):
-
-| metric | k | unit | meaning |
-| --- | --- | --- | --- |
-| `recall` | k | percent | hit rate: any relevant item ranks <= k (CLIP papers' R@k) |
-| `true_recall` | k | percent | share of a query's relevant items ranked <= k |
-| `ar` | empty | percent | mean of `recall` at k = 1, 5, 10, 20 |
-| `mrr` | empty | percent | mean of 1 / rank of the first relevant item |
-| `ndcg` | k | percent | nDCG@k, linear gain, log2 discount (trec_eval's ndcg_cut) |
-| `mean_rank` | empty | rank | mean rank of the first relevant item |
-| `median_rank` | empty | rank | median rank of the first relevant item |
-| `taxon_top_k_accuracy` | k | percent | true taxon among the top k max-pooled candidates |
-| `zeroshot_top1_accuracy` | 1 | percent | true class ranked first among the class prototypes |
-| `zeroshot_top5_accuracy` | 5 | percent | true class among the top 5 |
-| `balanced_accuracy` | 1 | percent | mean over classes of the per-class top-1 accuracy |
-| `average_precision` | k or empty | percent | INQUIRE's AP@k; empty k = the whole candidate list |
+One record per protocol: its directions, the source formats it reads (the first is the default),
+how its ranks are computed, which metric family it reports, and what else it needs or makes.
+Protocol names appear as string literals only here (and in the config schema, whose enum a test
+keeps equal to `PROTOCOLS`). Adding a protocol: a record here, its ranking in
+`vlbench.rank.protocol_ranks`, its metrics in `vlbench.metrics.specs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from vlbench.errors import VlbenchError
 
-from vlbench.metrics_outcomes import (
-    QueryRanks,
-    average_precision,
-    average_recall,
-    first_rank,
-    hit_rate,
-    ndcg,
-    reciprocal_rank,
-    true_recall,
-)
-
-Outcome = Callable[[QueryRanks], tuple[np.ndarray, np.ndarray]]
-
-PROTOCOL_DIRECTIONS: dict[str, tuple[str, ...]] = {
-    "paired": ("image_to_text", "text_to_image"),
-    "multi_positive": ("image_to_text", "text_to_image"),
-    "taxon_candidates": ("image_to_text",),
-    "zeroshot": ("image_to_text",),
-    "rerank": ("text_to_image",),
-}
-# Protocols whose metrics are also aggregated per query group (reported in the `subset` column).
-GROUPED_PROTOCOLS = ("rerank",)
-AR_KS = (1, 5, 10, 20)
+# direction -> (query modality, gallery modality)
+DIRECTIONS = {"image_to_text": ("image", "text"), "text_to_image": ("text", "image")}
+BOTH = ("image_to_text", "text_to_image")
 
 
 @dataclass(frozen=True)
-class MetricSpec:
-    """One metric row: how to get per-query outcomes and how to summarise them."""
+class Protocol:
+    """What one evaluation protocol implies for every stage."""
 
     name: str
-    k: int | None
-    outcome: Outcome
-    unit: str = "percent"
-    statistic: str = "mean"
-    decisive: str = "best"  # which relevant item's ties matter: "best" or "all"
+    directions: tuple[str, ...]
+    # Source formats it reads (`vlbench.data.sources.FORMATS`), and the one read when a source
+    # names none (None: `format` is required).
+    formats: tuple[str, ...]
+    default_format: str | None
+    # How ranks are computed (`vlbench.rank.protocol_ranks.RANKERS`): "judged" (relevance
+    # judgements, optionally restricted to candidate lists), "pooled_groups" (each query's
+    # candidate taxa, scored by the max over their entries), "classes" (class prototypes).
+    ranking: str
+    # Which metrics it reports (`vlbench.metrics.specs.METRIC_FAMILIES`).
+    metrics: str
+    # Images and texts are items judged against each other over the whole other modality:
+    # texts follow their images in the canonical order, and qualitative examples apply.
+    item_retrieval: bool = False
+    # Every query must come with its candidate list (others: optional restriction).
+    candidates_required: bool = False
+    # Metrics are also reported per query group (the `subset` column).
+    grouped: bool = False
+    # A per-class accuracy table is written.
+    per_class: bool = False
 
     @property
-    def higher_is_better(self) -> bool:
-        return self.unit != "rank"
+    def needs_judgements(self) -> bool:
+        """Whether ranking reads the relevance judgements (qrels)."""
+        return self.ranking == "judged"
 
 
-def _rank_metrics(ndcg_ks: Sequence[int] = (10,)) -> list[MetricSpec]:
-    """MRR, nDCG@k, mean and median rank: reported for every retrieval task."""
-    return [
-        MetricSpec("mrr", None, reciprocal_rank),
-        *[MetricSpec("ndcg", k, lambda q, k=k: ndcg(q, k), decisive="all") for k in ndcg_ks],
-        MetricSpec("mean_rank", None, first_rank, unit="rank"),
-        MetricSpec("median_rank", None, first_rank, unit="rank", statistic="median"),
-    ]
+PROTOCOLS: dict[str, Protocol] = {
+    record.name: record
+    for record in (
+        Protocol(
+            "paired",
+            BOTH,
+            formats=("hf_parquet", "annotation_csv"),
+            default_format="hf_parquet",
+            ranking="judged",
+            metrics="recall",
+            item_retrieval=True,
+        ),
+        Protocol(
+            "multi_positive",
+            BOTH,
+            formats=("nlphuji_csv_zip", "clip_benchmark_wds", "karpathy_json"),
+            default_format=None,
+            ranking="judged",
+            metrics="multi_recall",
+            item_retrieval=True,
+        ),
+        Protocol(
+            "taxon_candidates",
+            ("image_to_text",),
+            formats=("biovita",),
+            default_format="biovita",
+            ranking="pooled_groups",
+            metrics="taxon_top_k",
+        ),
+        Protocol(
+            "zeroshot",
+            ("image_to_text",),
+            formats=("imagefolder_csv",),
+            default_format="imagefolder_csv",
+            ranking="classes",
+            metrics="classification",
+            per_class=True,
+        ),
+        Protocol(
+            "rerank",
+            ("text_to_image",),
+            formats=("inquire",),
+            default_format="inquire",
+            ranking="judged",
+            metrics="average_precision",
+            candidates_required=True,
+            grouped=True,
+        ),
+    )
+}
 
 
-def _hits(name: str, ks: Sequence[int]) -> list[MetricSpec]:
-    return [MetricSpec(name, k, lambda q, k=k: hit_rate(q, k)) for k in sorted(ks)]
+def protocol(name: str) -> Protocol:
+    """The registry record of `name`; a one-line error naming the known ones otherwise."""
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise VlbenchError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
 
 
-def _balanced(q: QueryRanks) -> tuple[np.ndarray, np.ndarray]:
-    """Top-1 hits weighted by N / (C * n_class), so their mean is the balanced accuracy."""
-    hits, chance = hit_rate(q, 1)
-    classes, inverse, counts = np.unique(q.query_groups, return_inverse=True, return_counts=True)
-    weights = len(hits) / (len(classes) * counts[inverse.ravel()])
-    return hits * weights, chance
-
-
-def protocol_metrics(protocol: str, ks: Sequence[int]) -> list[MetricSpec]:
-    """The metrics `protocol` reports for the configured cut-offs `ks`."""
-    if protocol == "paired":
-        return [*_hits("recall", ks), *_rank_metrics()]
-    if protocol == "multi_positive":
-        return [
-            *_hits("recall", ks),
-            *[
-                MetricSpec("true_recall", k, lambda q, k=k: true_recall(q, k), decisive="all")
-                for k in sorted(ks)
-            ],
-            MetricSpec("ar", None, lambda q: average_recall(q, AR_KS)),
-            *_rank_metrics(),
-        ]
-    if protocol == "taxon_candidates":
-        return [*_hits("taxon_top_k_accuracy", ks), *_rank_metrics()]
-    if protocol == "zeroshot":
-        return [
-            MetricSpec("zeroshot_top1_accuracy", 1, lambda q: hit_rate(q, 1)),
-            MetricSpec("zeroshot_top5_accuracy", 5, lambda q: hit_rate(q, 5)),
-            MetricSpec("balanced_accuracy", 1, _balanced),
-        ]
-    if protocol == "rerank":
-        return [
-            MetricSpec(
-                "average_precision", None, lambda q: average_precision(q, None), decisive="all"
-            ),
-            *[
-                MetricSpec(
-                    "average_precision", k, lambda q, k=k: average_precision(q, k), decisive="all"
-                )
-                for k in sorted(ks)
-            ],
-            *_rank_metrics(sorted({10, *ks})),
-        ]
-    raise ValueError(f"unknown protocol {protocol!r}")
+def protocol_of_format(format_name: str) -> Protocol:
+    """The protocol a source format feeds."""
+    for record in PROTOCOLS.values():
+        if format_name in record.formats:
+            return record
+    raise VlbenchError(f"source format {format_name!r} feeds no protocol")

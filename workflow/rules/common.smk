@@ -1,4 +1,6 @@
-# Config loading and validation, wildcard constraints and the small input functions rules share.
+# Everything the rule files share, decided once at parse time. The validated config, the model,
+# benchmark and paper-table lists, the final targets, one wildcard_constraints block, and the
+# input and param functions of the rules; the later rule files do no module-level work.
 
 import functools
 import re
@@ -7,12 +9,23 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from vlbench.config import pick, result_keys, source_kind, validate_config
-from vlbench.shard_files import read_shard_plan, shard_digest
+from vlbench.embedding.shard_files import read_shard_plan, shard_digest
 from vlbench.errors import VlbenchError
-from vlbench.retrieval import DIRECTIONS
-from vlbench.targets import metrics_extra_targets
-from vlbench.yaml_files import check_no_duplicate_keys
-from vlbench.workflow import (
+from vlbench.data.sources.spec import local_root, protocol_settings
+from vlbench.paths import (
+    MODALITY_FILES,
+    PIXEL_CACHE_DIR,
+    RANDOM_CHECKPOINT,
+    SHARD_PLAN,
+    SYNTHETIC_SOURCE,
+    modality_file,
+    shard_plan,
+    synthetic_source,
+)
+from vlbench.protocols import DIRECTIONS
+from vlbench.report.paper_tables import layouts_for
+from vlbench.report.reference import read_map
+from vlbench.workflow.checks import (
     check_model_keys,
     local_checkpoint,
     missing_local_paths,
@@ -20,6 +33,9 @@ from vlbench.workflow import (
     model_spec_for_job,
     source_fingerprint,
 )
+from vlbench.workflow.fingerprints import fingerprint
+from vlbench.workflow.targets import all_targets, metric_files, outcome_files
+from vlbench.yaml_files import check_no_duplicate_keys
 
 # The default experiment applies only when no --configfile is given, so a user's config file
 # evaluates exactly its own models and benchmarks.
@@ -28,6 +44,7 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+REFERENCE_DIR = Path(workflow.basedir) / "config" / "reference"
 try:
     for _configfile in workflow.configfiles:
         check_no_duplicate_keys(_configfile)
@@ -37,6 +54,11 @@ try:
         schema_path=workflow.source_path("../schemas/config.schema.yaml"),
     )
     check_model_keys(_validated)
+    REFERENCE_CSV = _validated["tables"]["reference"] or str(
+        REFERENCE_DIR / "published_results.csv"
+    )
+    REFERENCE_MAP = _validated["tables"]["map"] or str(REFERENCE_DIR / "map.yaml")
+    _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
     raise WorkflowError(str(error)) from None
 # Missing user-supplied paths only warn here, so a dry run can plan a paper table before the
@@ -48,7 +70,10 @@ config.update(_validated)
 
 MODELS = sorted(config["models"])
 BENCHMARKS = sorted(config["benchmarks"])
-MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
+PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
+ALL_TARGETS = all_targets(config, PAPER_TABLES)
+METRIC_FILES = metric_files(config)
+OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
@@ -58,18 +83,13 @@ localrules: all, plan_shards, metrics, per_class, paired_tests, tables, benchmar
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
     benchmark="|".join(map(re.escape, BENCHMARKS)),
-    modality="image|text",
+    modality="|".join(MODALITY_FILES),
     direction="|".join(DIRECTIONS),
+    shard="shard-[0-9]{5}",
+    table="|".join(map(re.escape, PAPER_TABLES)) or "no-paper-table",
 
 
-def all_targets():
-    """The final targets: metrics tables, per-class tables, paired tests, paper tables, plots."""
-    return (
-        ["results/tables/metrics.csv"]
-        + expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS)
-        + metrics_extra_targets(config)
-        + TABLE_TARGETS
-    )
+# --- Stage 1: benchmark sources ---------------------------------------------------------------
 
 
 def benchmark_source(wildcards):
@@ -77,20 +97,36 @@ def benchmark_source(wildcards):
     return config["benchmarks"][wildcards.benchmark]["source"]
 
 
+def benchmark_protocol(wildcards):
+    """The protocol of a benchmark."""
+    return config["benchmarks"][wildcards.benchmark]["protocol"]
+
+
 def source_input(wildcards):
     """What prepare_benchmark reads locally: the synthetic or local directory; nothing for the hub."""
     source = benchmark_source(wildcards)
     kind = source_kind(source)
     if kind == "synthetic":
-        return f"results/sources/{wildcards.benchmark}"
+        return synthetic_source(wildcards.benchmark)
     if kind == "path":
         return [source["path"]] if Path(source["path"]).is_dir() else []
     return []
 
 
+def prepared_data(wildcards):
+    """The canonical files of a prepared benchmark (used with `unpack`)."""
+    folder = f"results/data/{wildcards.benchmark}"
+    return {
+        "images": modality_file(wildcards.benchmark, "image"),
+        "texts": modality_file(wildcards.benchmark, "text"),
+        "qrels": f"{folder}/qrels.parquet",
+        "candidates": f"{folder}/candidates.parquet",
+    }
+
+
 # Content tracking: a fingerprint of every user-supplied file a job reads is one of its params,
 # so an edit anywhere in a benchmark folder or a model file reruns exactly the jobs that read it
-# (computed once per parse; one stat per file, see vlbench.fingerprints).
+# (computed once per parse; one stat per file, see vlbench.workflow.fingerprints).
 @functools.cache
 def _source_fingerprint(benchmark):
     return source_fingerprint(config["benchmarks"][benchmark]["source"])
@@ -106,9 +142,17 @@ def source_files_fingerprint(wildcards):
     return _source_fingerprint(wildcards.benchmark)
 
 
+# --- Stage 2: embeddings ----------------------------------------------------------------------
+
+
 def model_files_fingerprint(wildcards):
     """Fingerprint of the user-supplied files of a model (model_config, local weights)."""
     return _model_fingerprint(wildcards.model)
+
+
+def model_spec(wildcards):
+    """The spec an embedding job loads (random-init models load their rule-made checkpoint)."""
+    return model_spec_for_job(wildcards.model, config["models"][wildcards.model])
 
 
 def checkpoint_input(wildcards):
@@ -116,20 +160,14 @@ def checkpoint_input(wildcards):
     return local_checkpoint(wildcards.model, config["models"][wildcards.model])
 
 
-def query_and_gallery(wildcards):
-    """Query and gallery modality of a direction."""
-    return DIRECTIONS[wildcards.direction]
-
-
-# Embedding shards (workflow/rules/embed.smk): pixel cache location and the gather's inputs.
-PIXEL_CACHE_DIR = "results/pixels"
+def modality_data(wildcards):
+    """The prepared parquet of a modality."""
+    return modality_file(wildcards.benchmark, wildcards.modality)
 
 
 def shard_content_digest(wildcards):
     """The content digest of an embedding shard's rows, from the shard plan."""
-    return shard_digest(
-        f"results/shards/{wildcards.benchmark}/{wildcards.modality}.json", wildcards.shard
-    )
+    return shard_digest(shard_plan(wildcards.benchmark, wildcards.modality), wildcards.shard)
 
 
 def embedding_shards(wildcards):
@@ -144,4 +182,19 @@ def embedding_shards(wildcards):
         "ids": [f"results/embeddings/{stem}/{name}.ids.parquet" for name in names],
         "provenance": [f"results/embeddings/{stem}/{name}.json" for name in names],
         "timings": [f"results/timings/embed_shard/{stem}/{name}.tsv" for name in names],
+    }
+
+
+# --- Stages 3-6: a direction's query matrix and gallery index ---------------------------------
+
+
+def direction_embeddings(wildcards):
+    """A direction's query matrix and ids, and its gallery index and ids (used with `unpack`)."""
+    query, gallery = DIRECTIONS[wildcards.direction]
+    stem = f"results/embeddings/{wildcards.model}/{wildcards.benchmark}"
+    return {
+        "queries": f"{stem}/{query}.npy",
+        "query_ids": f"{stem}/{query}.ids.parquet",
+        "index": f"results/index/{wildcards.model}/{wildcards.benchmark}/{gallery}.faiss",
+        "gallery_ids": f"{stem}/{gallery}.ids.parquet",
     }

@@ -1,11 +1,9 @@
 # Stage 1: benchmark sources -> canonical parquet (images, texts, judgements, candidate lists).
 
-from vlbench.sources.spec import local_root, protocol_settings
-
 
 rule write_synthetic_source:
     output:
-        directory("results/sources/{benchmark}"),
+        directory(SYNTHETIC_SOURCE),
     params:
         synthetic=lambda wildcards: benchmark_source(wildcards)["synthetic"],
         split=lambda wildcards: benchmark_source(wildcards)["split"],
@@ -28,7 +26,7 @@ rule prepare_benchmark:
         meta="results/data/{benchmark}/benchmark.json",
     params:
         source=benchmark_source,
-        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
+        protocol=benchmark_protocol,
         settings=lambda wildcards: protocol_settings(config["benchmarks"][wildcards.benchmark]),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
         source_files=source_files_fingerprint,

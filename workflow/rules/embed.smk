@@ -7,7 +7,7 @@
 
 rule init_random_checkpoint:
     output:
-        "results/checkpoints/{model}.pt",
+        RANDOM_CHECKPOINT,
     params:
         name=lambda wildcards: config["models"][wildcards.model]["name"],
         model_config=lambda wildcards: config["models"][wildcards.model]["model_config"],
@@ -23,9 +23,9 @@ rule init_random_checkpoint:
 
 checkpoint plan_shards:
     input:
-        data=lambda wildcards: f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}",
+        data=modality_data,
     output:
-        plan="results/shards/{benchmark}/{modality}.json",
+        plan=SHARD_PLAN,
     params:
         shard_size=config["embedding"]["shard_size"],
     conda:
@@ -41,21 +41,15 @@ checkpoint plan_shards:
 # so the image shards are kept when only texts changed, and vice versa.
 rule embed_shard:
     input:
-        data=lambda wildcards: ancient(
-            f"results/data/{wildcards.benchmark}/{MODALITY_FILES[wildcards.modality]}"
-        ),
-        plan=ancient("results/shards/{benchmark}/{modality}.json"),
+        data=lambda wildcards: ancient(modality_data(wildcards)),
+        plan=ancient(SHARD_PLAN),
         weights=checkpoint_input,
     output:
         embeddings="results/embeddings/{model}/{benchmark}/{modality}/{shard}.npy",
         ids="results/embeddings/{model}/{benchmark}/{modality}/{shard}.ids.parquet",
         provenance="results/embeddings/{model}/{benchmark}/{modality}/{shard}.json",
-    wildcard_constraints:
-        shard="shard-[0-9]{5}",
     params:
-        model=lambda wildcards: model_spec_for_job(
-            wildcards.model, config["models"][wildcards.model]
-        ),
+        model=model_spec,
         model_files=model_files_fingerprint,
         content=shard_content_digest,
         # Speed knobs (num_workers, pixel_cache) are read from the config by the job: a

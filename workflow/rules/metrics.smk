@@ -1,27 +1,15 @@
 # Stages 4 and 5: exact per-query ranks of every relevant item, then metrics per direction,
 # the zero-shot per-class table and paired tests between models.
 
-from vlbench.targets import metric_files, outcome_files
-
 
 rule rank:
     input:
-        queries=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.npy"
-        % query_and_gallery(wildcards)[0],
-        query_ids=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.ids.parquet"
-        % query_and_gallery(wildcards)[0],
-        index=lambda wildcards: "results/index/{model}/{benchmark}/%s.faiss"
-        % query_and_gallery(wildcards)[1],
-        gallery_ids=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.ids.parquet"
-        % query_and_gallery(wildcards)[1],
-        images="results/data/{benchmark}/images.parquet",
-        texts="results/data/{benchmark}/texts.parquet",
-        qrels="results/data/{benchmark}/qrels.parquet",
-        candidates="results/data/{benchmark}/candidates.parquet",
+        unpack(direction_embeddings),
+        unpack(prepared_data),
     output:
         ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
     params:
-        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
+        protocol=benchmark_protocol,
         ranking=result_keys(config, "ranking"),
     resources:
         mem_mb=lambda wildcards: config["ranking"]["block_mb"] + 1024,
@@ -43,7 +31,7 @@ rule metrics:
         metrics="results/metrics/{model}/{benchmark}/{direction}.csv",
         outcomes="results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet",
     params:
-        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
+        protocol=benchmark_protocol,
         k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
         tie_policy=config["ranking"]["tie_policy"],
         stats=pick(config["metrics"], "confidence", "bootstrap_samples", "seed"),
@@ -71,7 +59,7 @@ rule per_class:
 
 rule paired_tests:
     input:
-        outcomes=outcome_files(config),
+        outcomes=OUTCOME_FILES,
     output:
         csv="results/tables/paired_tests.csv",
     params:

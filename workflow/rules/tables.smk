@@ -1,37 +1,10 @@
 # Stage 6: metrics tables, the papers' tables next to the published numbers, plots, provenance.
 # Everything meant for people is wrapped in report(...) for `snakemake --report report.html`.
 
-from vlbench.fingerprints import fingerprint
-from vlbench.paper_tables import layouts_for
-from vlbench.reference import read_map
-from vlbench.report_targets import table_targets
-
-_tables = config["tables"]
-REFERENCE_DIR = Path(workflow.basedir) / "config" / "reference"
-REFERENCE_CSV = _tables["reference"] or str(REFERENCE_DIR / "published_results.csv")
-REFERENCE_MAP = _tables["map"] or str(REFERENCE_DIR / "map.yaml")
-try:
-    _reference_map = read_map(REFERENCE_MAP)
-except VlbenchError as error:
-    raise WorkflowError(str(error)) from None
-PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
-TABLE_TARGETS = table_targets(
-    PAPER_TABLES,
-    {key: config["benchmarks"][key]["protocol"] for key in BENCHMARKS},
-    MODELS,
-    list(DIRECTIONS),
-    _tables["qualitative_queries"],
-)
-
-
-
-wildcard_constraints:
-    table="|".join(map(re.escape, PAPER_TABLES)) or "no-paper-table",
-
 
 rule tables:
     input:
-        metrics=metric_files(config),
+        metrics=METRIC_FILES,
     output:
         csv="results/tables/metrics.csv",
         full="results/tables/metrics_full.csv",
@@ -122,18 +95,9 @@ rule plot_benchmark:
 
 rule qualitative_examples:
     input:
-        queries=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.npy"
-        % query_and_gallery(wildcards)[0],
-        query_ids=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.ids.parquet"
-        % query_and_gallery(wildcards)[0],
-        index=lambda wildcards: "results/index/{model}/{benchmark}/%s.faiss"
-        % query_and_gallery(wildcards)[1],
-        gallery_ids=lambda wildcards: "results/embeddings/{model}/{benchmark}/%s.ids.parquet"
-        % query_and_gallery(wildcards)[1],
+        unpack(direction_embeddings),
+        unpack(prepared_data),
         ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
-        images="results/data/{benchmark}/images.parquet",
-        texts="results/data/{benchmark}/texts.parquet",
-        qrels="results/data/{benchmark}/qrels.parquet",
     output:
         png=report(
             "results/plots/{benchmark}/examples/{model}/{direction}.png",

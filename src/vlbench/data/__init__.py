@@ -1,0 +1,1 @@
+"""Stage 1 (workflow/rules/data.smk): benchmark sources -> the canonical parquet layout."""

@@ -1,0 +1,91 @@
+"""Prepare any configured benchmark source into the canonical layout (vlbench.data.canonical)."""
+
+from __future__ import annotations
+
+import csv
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from vlbench.config import source_kind
+from vlbench.data.sources import source_format
+from vlbench.data.sources.download import fetch_snapshot
+from vlbench.data.sources.writer import write_canonical
+from vlbench.errors import VlbenchError, require_path
+from vlbench.protocols import protocol as protocol_record
+
+# Failures of corrupt or malformed source files, turned into one-line errors.
+UNREADABLE = (
+    pa.ArrowException,
+    OSError,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    csv.Error,
+    UnicodeDecodeError,
+    KeyError,
+    ValueError,
+)
+LAYOUT_KEYS = ("format", "config", "subset", "annotations", "images", "archive", "image_name")
+
+
+def _provenance(source: dict[str, Any], kind: str, root: Path) -> dict[str, Any]:
+    split = source.get("split", "test")
+    meta: dict[str, Any] = {"source": kind, "split": split, "subset": source.get("subset", split)}
+    if kind == "hub":
+        meta.update(repo=source["repo"], revision=source["revision"])
+    else:
+        meta.update(path=str(root), revision=None)
+    if kind == "synthetic":
+        meta.update(source["synthetic"])
+    meta.update({key: source[key] for key in LAYOUT_KEYS if key in source and key != "subset"})
+    return meta
+
+
+def prepare_benchmark(
+    benchmark: str,
+    protocol: str,
+    source: dict[str, Any],
+    local_dir: str | Path | None,
+    out_dir: str | Path,
+    settings: dict[str, Any] | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Locate the source (downloading pinned hub files if needed), read, validate and write it.
+
+    `settings` are the benchmark's protocol options (text_type, templates, prompt_prefix,
+    image_policy). Returns the benchmark.json content.
+    """
+    settings = settings or {}
+    protocol_record(protocol)  # an unknown protocol is a one-line error
+    where = f"benchmarks.{benchmark}.source"
+    name, layout = source_format(protocol, source, where)
+    kind = source_kind(source)
+    if kind == "hub":
+        if layout.hub_patterns is None:
+            raise VlbenchError(f"{where}: format {name!r} is read from a local path, not the hub")
+        root = fetch_snapshot(
+            source["repo"],
+            source["revision"],
+            layout.hub_patterns(source),
+            cache_dir=cache_dir,
+            verify=source.get("verify", True),
+            where=f"{where}.revision",
+        )
+    else:
+        root = require_path(local_dir or source.get("path", ""), f"{where}.path", directory=True)
+    try:
+        data = layout.load(root, source, settings, where)
+        return write_canonical(
+            data,
+            protocol,
+            out_dir,
+            _provenance({**source, "format": name}, kind, root),
+            image_policy=settings.get("image_policy", "fail"),
+            expected=source.get("expected"),
+            where=f"benchmarks.{benchmark}",
+        )
+    except UNREADABLE as exc:
+        raise VlbenchError(f"{where}: cannot read {root} ({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,58 @@
+"""Whether a failed hub request reached the hub at all: shared by dataset and model downloads."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+# Connection failures that mean the hub was not reached at all (httpx, httpx2 and requests
+# name their connect errors so; the OS errors underneath carry these errnos).
+CONNECT_ERROR_NAMES = ("ConnectError", "ConnectTimeout", "ConnectionError")
+CONNECT_ERROR_MODULES = ("httpx", "httpcore", "requests", "urllib3")
+UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN}
+
+
+def hub_endpoint() -> str:
+    """The hub URL huggingface_hub talks to (HF_ENDPOINT, read when it was imported)."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """Why the hub could not be reached at all (offline mode, refused, DNS, no route), or None.
+
+    Looks through the exceptions `exc` was raised from: huggingface_hub wraps a connection
+    failure of a download in LocalEntryNotFoundError ("file not found in the cache").
+    """
+    from huggingface_hub import errors
+
+    for item in _chain(exc):
+        if isinstance(item, errors.OfflineModeIsEnabled):
+            return f"HF_HUB_OFFLINE is set, but this needs the hub at {hub_endpoint()}"
+        kind = type(item)
+        connect_error = kind.__name__ in CONNECT_ERROR_NAMES and kind.__module__.startswith(
+            CONNECT_ERROR_MODULES
+        )
+        if (
+            connect_error
+            or isinstance(item, socket.gaierror | ConnectionRefusedError)
+            or (isinstance(item, OSError) and item.errno in UNREACHABLE_ERRNOS)
+        ):
+            return f"the hub at {hub_endpoint()} could not be reached ({_one_line(item)})"
+    return None

@@ -1,0 +1,55 @@
+"""Small helpers the prepare rule uses to read a benchmark entry of the config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vlbench.config import source_kind
+from vlbench.data.sources.download import PINNED
+from vlbench.paths import synthetic_source
+
+SETTING_KEYS = ("text_type", "templates", "prompt_prefix", "image_policy")
+
+
+def local_root(benchmark: str, source: Mapping[str, Any]) -> str:
+    """The folder a non-hub source is read from ("" for hub sources)."""
+    kind = source_kind(source)
+    if kind == "synthetic":
+        return synthetic_source(benchmark)
+    return str(source["path"]) if kind == "path" else ""
+
+
+def protocol_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark options that shape how a source becomes queries and galleries."""
+    return {key: spec[key] for key in SETTING_KEYS if key in spec}
+
+
+def unpinned_sources(config: Mapping[str, Any]) -> list[str]:
+    """One line per hub source whose revision is still a placeholder, not a commit sha."""
+    lines = []
+    for key, spec in config["benchmarks"].items():
+        source = spec["source"]
+        if source_kind(source) == "hub" and not PINNED.match(source["revision"]):
+            lines.append(
+                f"benchmarks.{key}.source.revision: {source['repo']} is not pinned "
+                f"({source['revision']!r}); its prepare job will fail until it is"
+            )
+    return lines
+
+
+def missing_source_files(config: Mapping[str, Any]) -> list[str]:
+    """One line per user-supplied annotation file or image folder that does not exist."""
+    lines = []
+    for key, spec in config["benchmarks"].items():
+        source = spec["source"]
+        if source_kind(source) != "path" or not Path(source["path"]).is_dir():
+            continue
+        root = Path(source["path"])
+        for field in ("annotations", "images", "archive"):
+            values = source.get(field)
+            for value in [values] if isinstance(values, str) else list(values or []):
+                if not (root / value).exists():
+                    lines.append(f"benchmarks.{key}.source.{field}: not found: {root / value}")
+    return lines

@@ -1,0 +1,197 @@
+"""Write a loaded source into the canonical layout (vlbench.data.canonical), validating it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlbench.atomic import atomic_path
+from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
+from vlbench.data.sources.image_check import decode_error
+from vlbench.data.sources.records import Candidates, SourceData
+from vlbench.data.sources.validate import (
+    check_candidates,
+    check_count,
+    check_qrels,
+    check_texts,
+    check_unique,
+)
+from vlbench.errors import VlbenchError
+from vlbench.paths import MODALITY_FILES
+from vlbench.protocols import protocol as protocol_record
+
+ROW_GROUP_ROWS = 256
+IMAGE_POLICIES = ("fail", "skip")
+
+
+def _stream_images(
+    data: SourceData, writer: pq.ParquetWriter, where: str
+) -> tuple[int, list[tuple[str, str]], list[str]]:
+    """Write decodable images in row groups; return (seen, [(bad id, reason)], written ids)."""
+    seen: set[str] = set()
+    bad: list[tuple[str, str]] = []
+    written: list[str] = []
+    batch: dict[str, list[Any]] = {"image_id": [], "image": [], "group": []}
+
+    def flush() -> None:
+        if batch["image_id"]:
+            writer.write_table(pa.table(batch, schema=IMAGES_SCHEMA), row_group_size=ROW_GROUP_ROWS)
+            for column in batch.values():
+                column.clear()
+
+    for record in data.images:
+        if record.image_id in seen:
+            raise VlbenchError(f"{record.where or where}: duplicate image id {record.image_id!r}")
+        seen.add(record.image_id)
+        try:
+            encoded = record.read()
+        except (OSError, KeyError, VlbenchError) as exc:
+            bad.append((record.image_id, f"unreadable: {exc}"))
+            continue
+        reason = decode_error(encoded)
+        if reason:
+            bad.append((record.image_id, reason))
+            continue
+        batch["image_id"].append(record.image_id)
+        batch["image"].append(encoded)
+        batch["group"].append(record.group)
+        written.append(record.image_id)
+        if len(batch["image_id"]) >= ROW_GROUP_ROWS:
+            flush()
+    flush()
+    return len(seen), bad, written
+
+
+def _drop_images(data: SourceData, dropped: set[str], protocol: str) -> None:
+    """Remove skipped images from judgements and candidate lists (and orphaned texts)."""
+    if not dropped:
+        return
+    linked: dict[str, set[str]] = {}
+    for image_id, text_id, _ in data.qrels:
+        linked.setdefault(text_id, set()).add(image_id)
+    data.qrels = [row for row in data.qrels if row[0] not in dropped]
+    if protocol_record(protocol).item_retrieval:  # texts only describe their images
+        orphans = {text for text, images in linked.items() if images <= dropped}
+        data.texts = [row for row in data.texts if row[0] not in orphans]
+        data.qrels = [row for row in data.qrels if row[1] not in orphans]
+    kept: list[Candidates] = []
+    for row in data.candidates:
+        if row.query_modality == "image" and row.query_id in dropped:
+            continue
+        if row.query_modality == "text":
+            keep = [i for i, cid in enumerate(row.candidate_ids) if cid not in dropped]
+            row = Candidates(
+                row.query_modality,
+                row.query_id,
+                [row.candidate_ids[i] for i in keep],
+                None if row.candidate_groups is None else [row.candidate_groups[i] for i in keep],
+            )
+        kept.append(row)
+    data.candidates = kept
+
+
+def _candidates_table(rows: list[Candidates]) -> pa.Table:
+    return pa.table(
+        {
+            "query_modality": [row.query_modality for row in rows],
+            "query_id": [row.query_id for row in rows],
+            "candidate_ids": [row.candidate_ids for row in rows],
+            "candidate_groups": [row.candidate_groups for row in rows],
+        },
+        schema=CANDIDATES_SCHEMA,
+    )
+
+
+def write_canonical(
+    data: SourceData,
+    protocol: str,
+    out_dir: str | Path,
+    provenance: dict[str, Any],
+    image_policy: str = "fail",
+    expected: dict[str, int] | None = None,
+    where: str = "benchmark",
+) -> dict[str, Any]:
+    """Validate and write images/texts/qrels/candidates parquet plus benchmark.json.
+
+    Undecodable images fail the run (policy "fail") or are left out and recorded ("skip").
+    `expected` holds row counts known for the pinned source ("images", "texts"), compared
+    with what the source holds before anything is skipped. Nothing appears under `out_dir`
+    unless every check passes. Returns the benchmark.json content.
+    """
+    if image_policy not in IMAGE_POLICIES:
+        raise VlbenchError(f"{where}: image_policy must be one of {', '.join(IMAGE_POLICIES)}")
+    out_dir = Path(out_dir)
+    expected = expected or {}
+    check_count(len(data.texts), expected.get("texts"), "texts", where)
+    with contextlib.ExitStack() as stack:
+        images_tmp = stack.enter_context(atomic_path(out_dir / MODALITY_FILES["image"]))
+        with pq.ParquetWriter(images_tmp, IMAGES_SCHEMA) as writer:
+            n_source, bad, written = _stream_images(data, writer, where)
+        if n_source == 0:
+            raise VlbenchError(f"{where}: the benchmark has no images")
+        check_count(n_source, expected.get("images"), "images", where)
+        if bad and image_policy == "fail":
+            shown = "; ".join(f"{image_id!r} ({reason})" for image_id, reason in bad[:3])
+            raise VlbenchError(
+                f"{where}: {len(bad)} image(s) cannot be read or decoded, e.g. {shown} "
+                "(set image_policy: skip to leave them out and record them)"
+            )
+        _drop_images(data, {image_id for image_id, _ in bad}, protocol)
+        if not written:
+            raise VlbenchError(f"{where}: no image could be decoded")
+        text_ids = [row[0] for row in data.texts]
+        check_unique(text_ids, "text", where)
+        check_texts(data.texts, where)
+        image_set, text_set = set(written), set(text_ids)
+        check_qrels(data.qrels, image_set, text_set, where)
+        check_candidates(data.candidates, {"image": image_set, "text": text_set}, where)
+
+        texts_tmp = stack.enter_context(atomic_path(out_dir / MODALITY_FILES["text"]))
+        pq.write_table(
+            pa.table(
+                {
+                    "text_id": text_ids,
+                    "text": [row[1] for row in data.texts],
+                    "group": [row[2] for row in data.texts],
+                },
+                schema=TEXTS_SCHEMA,
+            ),
+            texts_tmp,
+            row_group_size=4096,
+        )
+        qrels_tmp = stack.enter_context(atomic_path(out_dir / "qrels.parquet"))
+        pq.write_table(
+            pa.table(
+                {
+                    "image_id": [row[0] for row in data.qrels],
+                    "text_id": [row[1] for row in data.qrels],
+                    "relevance": [int(row[2]) for row in data.qrels],
+                },
+                schema=QRELS_SCHEMA,
+            ),
+            qrels_tmp,
+        )
+        candidates_tmp = stack.enter_context(atomic_path(out_dir / "candidates.parquet"))
+        pq.write_table(_candidates_table(data.candidates), candidates_tmp)
+        meta = {
+            **provenance,
+            **data.info,
+            "protocol": protocol,
+            "image_policy": image_policy,
+            "n_source_images": n_source,
+            "n_images": len(written),
+            "n_texts": len(text_ids),
+            "n_qrels": len(data.qrels),
+            "n_candidate_lists": len(data.candidates),
+            "n_skipped_images": len(bad),
+            "skipped_images": [{"image_id": i, "reason": r} for i, r in bad],
+        }
+        meta.setdefault("subset", meta.get("split"))
+        meta_tmp = stack.enter_context(atomic_path(out_dir / "benchmark.json"))
+        meta_tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta

@@ -1,0 +1,1 @@
+"""Stage 2 (workflow/rules/embed.smk): models, image decoding and sharded embedding."""

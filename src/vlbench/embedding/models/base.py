@@ -1,0 +1,126 @@
+"""What every adapter returns: a loaded model that turns images and texts into unit vectors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlbench.errors import VlbenchError
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def pick_device() -> torch.device:
+    """CUDA when a GPU is visible to this process, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_precision(label: str, precision: str, device: torch.device) -> None:
+    """Refuse an unknown precision, and fp16 on the CPU (autocast there only supports bf16)."""
+    if precision not in PRECISIONS:
+        raise VlbenchError(
+            f"model {label}: precision {precision!r} is not one of {', '.join(PRECISIONS)}"
+        )
+    if precision == "fp16" and device.type == "cpu":
+        raise VlbenchError(f"model {label}: fp16 needs a GPU; use fp32 or bf16 on the CPU")
+
+
+def normalise(features: torch.Tensor) -> np.ndarray:
+    """L2-normalise rows in float32; fail if a model produced NaN, infinite or zero vectors."""
+    features = features.float()
+    if not torch.isfinite(features).all():
+        raise VlbenchError("the model produced NaN or infinite embeddings")
+    norms = features.norm(dim=-1, keepdim=True)
+    if (norms == 0).any():
+        raise VlbenchError("the model produced an all-zero embedding, which cannot be normalised")
+    return (features / norms).cpu().numpy().astype(np.float32, copy=False)
+
+
+def _to_device(tokens: Any, device: torch.device) -> Any:
+    if isinstance(tokens, Mapping):
+        return {key: value.to(device) for key, value in tokens.items()}
+    return tokens.to(device)
+
+
+def filling_context(tokens: Any) -> int:
+    """How many tokenized texts fill the whole context, i.e. were (or may have been) truncated.
+
+    open_clip pads token tensors with 0; Hugging Face tokenizers mark padding in
+    `attention_mask`; `input_ids` alone are padded with 0 as well.
+    """
+    if isinstance(tokens, Mapping):
+        mask = tokens.get("attention_mask")
+        last = mask[:, -1] == 1 if mask is not None else tokens["input_ids"][:, -1] != 0
+    else:
+        last = tokens[:, -1] != 0
+    return int(last.sum())
+
+
+@dataclass
+class EmbeddingModel:
+    """A loaded model with what it needs to turn images and texts into unit vectors.
+
+    `model` has `encode_image(pixels)` and `encode_text(tokens)`; `tokenizer(texts)` returns
+    what `encode_text` takes. `image_transform` describes `preprocess` (see
+    `vlbench.embedding.models.transforms`), so pixels can be cached once per transform.
+    `weights` are the files the weights were read from; `source` records where they came
+    from (adapter, hub repo and resolved commit). `padding_trimmed_text_encoder`, where the
+    text tower allows it, encodes tokens without their padding (`models.causal_text`).
+    """
+
+    model: torch.nn.Module
+    preprocess: Callable[[Image.Image], torch.Tensor]
+    tokenizer: Callable[[list[str]], Any]
+    device: torch.device
+    precision: str
+    image_transform: dict[str, Any] = field(default_factory=dict)
+    context_length: int | None = None
+    weights: list[Path] = field(default_factory=list)
+    source: dict[str, Any] = field(default_factory=dict)
+    texts_at_context_limit: int = 0
+    padding_trimmed_text_encoder: Callable[[Any], torch.Tensor] | None = None
+
+    @contextlib.contextmanager
+    def _inference(self) -> Iterator[None]:
+        dtype = PRECISIONS[self.precision]
+        with torch.inference_mode():
+            if dtype is None:
+                yield
+            else:
+                with torch.autocast(device_type=self.device.type, dtype=dtype):
+                    yield
+
+    def encode_images(self, pixels: torch.Tensor) -> np.ndarray:
+        """Encode a preprocessed batch; return L2-normalised float32 rows."""
+        with self._inference():
+            features = self.model.encode_image(pixels.to(self.device, non_blocking=True))
+        return normalise(features)
+
+    def trims_text_padding(self, allowed: bool = True) -> bool:
+        """Whether `encode_texts(..., trim_padding=allowed)` skips the padding."""
+        return allowed and self.padding_trimmed_text_encoder is not None
+
+    def encode_texts(self, texts: list[str], trim_padding: bool = True) -> np.ndarray:
+        """Tokenize and encode captions; return L2-normalised float32 rows.
+
+        With `trim_padding`, a causal text tower runs each text only up to its last token
+        (same embeddings, up to float rounding); other towers always run the full context.
+        """
+        tokens = self.tokenizer(list(texts))
+        self.texts_at_context_limit += filling_context(tokens)
+        tokens = _to_device(tokens, self.device)
+        encode = (
+            self.padding_trimmed_text_encoder
+            if self.trims_text_padding(trim_padding)
+            else self.model.encode_text
+        )
+        with self._inference():
+            features = encode(tokens)
+        return normalise(features)

@@ -1,0 +1,254 @@
+"""Embed one shard (a contiguous row range) of a modality and write it (`shard_files`).
+
+Shards are independent jobs: any number can run at once on different GPUs, and a rerun
+recomputes only the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from vlbench.atomic import write_text
+from vlbench.data.canonical import ID_COLUMNS
+from vlbench.embedding.image_transform import ImagePipeline
+from vlbench.embedding.loader import (
+    ImageChunks,
+    plan_chunks,
+    read_id_range,
+    stream_image_chunks,
+)
+from vlbench.embedding.models import EmbeddingModel
+from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
+from vlbench.embedding.shard_files import STORAGE_DTYPES, save_embeddings
+from vlbench.errors import VlbenchError
+from vlbench.paths import PIXEL_CACHE_DIR
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """How a shard is embedded: the config's `embedding` section plus the benchmark's name."""
+
+    benchmark: str
+    batch_size: int = 64
+    num_workers: int = 0
+    storage_dtype: str = "float32"
+    pixel_cache: bool = True
+    draft_decode: bool = False
+    trim_text_padding: bool = True
+    pixel_cache_dir: str = PIXEL_CACHE_DIR
+    # Content digest of the shard's rows (from the shard plan): part of the pixel cache's key.
+    rows_digest: str = ""
+
+    @classmethod
+    def from_config(
+        cls, benchmark: str, embedding: Mapping[str, Any], **extra: Any
+    ) -> EmbedSettings:
+        """Settings from a validated `embedding` config section."""
+        known = {key: embedding[key] for key in cls.__dataclass_fields__ if key in embedding}
+        return cls(benchmark=benchmark, **{**known, **extra})
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB.
+
+    Reads VmHWM on Linux: `ru_maxrss` would also count the parent's memory at fork time.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
+
+
+def _cached_batches(pixels: np.ndarray, batch_size: int) -> Iterator[torch.Tensor]:
+    for begin in range(0, len(pixels), batch_size):
+        yield torch.from_numpy(np.array(pixels[begin : begin + batch_size]))
+
+
+def image_input_batches(
+    model: EmbeddingModel,
+    source: Path,
+    start: int,
+    stop: int,
+    settings: EmbedSettings,
+    stats: dict[str, Any],
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Model-ready float32 batches of rows [start, stop): from the pixel cache or by decoding."""
+    pipeline = ImagePipeline.from_model(model)
+    stats["pixel_geometry"] = pipeline.summary
+    cache = None
+    if settings.pixel_cache and pipeline.cacheable:
+        key = pipeline.geometry_key(settings.draft_decode)
+        stats["geometry_key"] = key
+        cache = PixelCache(
+            settings.pixel_cache_dir, settings.benchmark, key, source, settings.rows_digest
+        )
+        cached = cache.load(start, stop)
+        if cached is not None:
+            stats["pixel_cache"] = f"hit: {cache.shard_path(start, stop)}"
+            for pixels in _cached_batches(cached, settings.batch_size):
+                yield len(pixels), pipeline.to_model_input(pixels)
+            return
+        stats["pixel_cache"] = f"miss: wrote {cache.shard_path(start, stop)}"
+    elif settings.pixel_cache:
+        stats["pixel_cache"] = f"off: {pipeline.reason}"
+    else:
+        stats["pixel_cache"] = "off"
+    dataset = ImageChunks(
+        source,
+        plan_chunks(source, start, stop, settings.batch_size),
+        pipeline,
+        draft=settings.draft_decode,
+    )
+    pin = model.device.type == "cuda"
+    writer = PixelShardWriter(cache, start, stop) if cache is not None else None
+    success = False
+    try:
+        for item in rebatch(
+            stream_image_chunks(dataset, settings.num_workers, pin), settings.batch_size
+        ):
+            if "inputs" in item:
+                yield len(item["inputs"]), item["inputs"]
+                continue
+            if writer is not None:
+                writer.append(item["pixels"].numpy())
+            yield len(item["pixels"]), pipeline.to_model_input(item["pixels"])
+        success = True
+    finally:
+        if writer is not None and writer.close(success):
+            cache.describe(
+                {
+                    "benchmark": settings.benchmark,
+                    **pipeline.summary,
+                    "steps": pipeline.geometry,
+                    "draft_decode": settings.draft_decode,
+                }
+            )
+
+
+def rebatch(items: Iterator[dict[str, Any]], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Regroup row-group-aligned chunks into batches of exactly `batch_size` rows (last: fewer).
+
+    Forward passes then see the same batches whether pixels come from the cache or a decode.
+    """
+    pending: list[torch.Tensor] = []
+    held = 0
+    key = "pixels"
+    for item in items:
+        key = "inputs" if "inputs" in item else "pixels"
+        pending.append(item[key])
+        held += len(item[key])
+        while held >= batch_size:
+            merged = torch.cat(pending) if len(pending) > 1 else pending[0]
+            yield {key: merged[:batch_size]}
+            rest = merged[batch_size:]
+            pending, held = ([rest], len(rest)) if len(rest) else ([], 0)
+    if held:
+        yield {key: torch.cat(pending) if len(pending) > 1 else pending[0]}
+
+
+def text_batches(source: Path, start: int, stop: int, batch_size: int) -> Iterator[list[str]]:
+    """Captions of rows [start, stop) in batches, reading only the row groups that hold them."""
+    parquet = pq.ParquetFile(source)
+    first = 0
+    pending: list[str] = []
+    for group in range(parquet.metadata.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        low, high = max(start, first), min(stop, first + rows)
+        if low < high:
+            column = parquet.read_row_group(group, columns=["text"]).column("text")
+            pending.extend(column.slice(low - first, high - low).to_pylist())
+            while len(pending) >= batch_size:
+                yield pending[:batch_size]
+                pending = pending[batch_size:]
+        first += rows
+    if pending:
+        yield pending
+
+
+def embed_rows(
+    model: EmbeddingModel,
+    modality: str,
+    source: Path,
+    start: int,
+    stop: int,
+    settings: EmbedSettings,
+    stats: dict[str, Any] | None = None,
+) -> tuple[list[str], np.ndarray]:
+    """Embed rows [start, stop) of a canonical parquet: ids and L2-normalised float32 rows."""
+    stats = {} if stats is None else stats
+    ids = read_id_range(source, ID_COLUMNS[modality], start, stop)
+    if len(ids) != stop - start:
+        raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
+    chunks: list[np.ndarray] = []
+    with tqdm(
+        total=stop - start,
+        desc=f"embed {modality}s {start}-{stop}",
+        unit=modality,
+        mininterval=5,
+        file=sys.stderr,
+    ) as progress:
+        if modality == "image":
+            for count, inputs in image_input_batches(model, source, start, stop, settings, stats):
+                chunks.append(model.encode_images(inputs))
+                progress.update(count)
+        else:
+            for texts in text_batches(source, start, stop, settings.batch_size):
+                chunks.append(model.encode_texts(texts, settings.trim_text_padding))
+                progress.update(len(texts))
+    matrix = np.concatenate(chunks)
+    if len(matrix) != len(ids):
+        raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
+    return ids, matrix
+
+
+def embed_shard(
+    model: EmbeddingModel,
+    model_record: dict[str, Any],
+    modality: str,
+    source: Path,
+    start: int,
+    stop: int,
+    settings: EmbedSettings,
+    out_npy: Path,
+    out_ids: Path,
+    out_provenance: Path,
+) -> dict[str, Any]:
+    """Embed one shard and write matrix, ids and provenance atomically; return the provenance."""
+    stats: dict[str, Any] = {}
+    began = time.perf_counter()
+    ids, matrix = embed_rows(model, modality, source, start, stop, settings, stats)
+    seconds = time.perf_counter() - began
+    stored = matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False)
+    record = {
+        **model_record,
+        "modality": modality,
+        "source": str(source),
+        "rows": [start, stop],
+        "seconds": round(seconds, 3),
+        "items_per_second": round((stop - start) / seconds, 2) if seconds > 0 else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "settings": asdict(settings),
+        **stats,
+    }
+    if modality == "text":
+        # Reference tokenizers cut longer texts at the context length; say how many it touched.
+        record["texts_at_context_limit"] = model.texts_at_context_limit
+        record["text_padding_trimmed"] = model.trims_text_padding(settings.trim_text_padding)
+    write_text(out_provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    save_embeddings(ids, stored, out_npy, out_ids)
+    return record

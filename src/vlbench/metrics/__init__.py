@@ -1,0 +1,1 @@
+"""Stage 5 (workflow/rules/metrics.smk): outcomes, metric rows, intervals and tests."""

@@ -1,0 +1,1 @@
+"""Stage 6 (workflow/rules/tables.smk): tables, paper tables, plots and provenance."""

@@ -1,0 +1,342 @@
+"""Join our metric rows with the published cells of a paper table, with differences and flags."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from vlbench.errors import VlbenchError
+from vlbench.report.paper_layouts import LAYOUTS, Column, PaperLayout
+from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
+
+# Printed cells carry one or two decimals, so a printed mean may differ from the mean of the
+# printed cells by up to half a unit in its last place without being wrong.
+MEAN_ROUNDING_SLACK = 0.05
+Z_95 = 1.959963984540054
+
+
+@dataclass
+class Cell:
+    """Ours, the published value and their difference for one row and column."""
+
+    ours: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    published: float | None = None
+    published_text: str | None = None
+    chance: float | None = None
+    n_queries: int | None = None
+    beyond_tolerance: bool = False
+    ours_at_chance: bool | None = None
+    published_at_chance: bool | None = None
+
+    @property
+    def difference(self) -> float | None:
+        """ours - published, in percentage points, when both exist."""
+        if self.ours is None or self.published is None:
+            return None
+        return self.ours - self.published
+
+
+@dataclass
+class Row:
+    """One model's row: our run of a model key, a published-only model, or both."""
+
+    label: str
+    model_key: str | None
+    reference_model: str | None
+    cells: list[Cell]
+
+    @property
+    def ours_at_chance(self) -> bool | None:
+        """True when no cell of ours is above chance; None when no cell has a chance level."""
+        return _all_flags(cell.ours_at_chance for cell in self.cells)
+
+    @property
+    def published_at_chance(self) -> bool | None:
+        """True when no published cell is above chance (judged with our query count)."""
+        return _all_flags(cell.published_at_chance for cell in self.cells)
+
+
+@dataclass
+class PaperTable:
+    """A paper table filled in: columns (plus the mean column), rows and notes."""
+
+    layout: PaperLayout
+    labels: list[str]
+    rows: list[Row]
+    tolerance: float
+    benchmark_keys: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _all_flags(flags: Iterable[bool | None]) -> bool | None:
+    known = [flag for flag in flags if flag is not None]
+    return all(known) if known else None
+
+
+def wilson_low(percent: float, n: int) -> float:
+    """Lower bound, in percent, of the 95% Wilson interval of a proportion over n queries."""
+    p = min(max(percent / 100.0, 0.0), 1.0)
+    denominator = 1.0 + Z_95**2 / n
+    centre = p + Z_95**2 / (2 * n)
+    spread = Z_95 * math.sqrt(p * (1 - p) / n + Z_95**2 / (4 * n * n))
+    return 100.0 * (centre - spread) / denominator
+
+
+def _value(row: Mapping[str, Any], name: str) -> float | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _reference_subset(row: Mapping[str, Any], fixed: str | None) -> str:
+    """The reference subset a metric row stands for: fixed by the map, its group, or its subset."""
+    if fixed is not None:
+        return fixed
+    group = row.get("group")
+    return str(group) if group not in (None, "") else str(row["subset"])
+
+
+def match_metric_rows(
+    metrics: pl.DataFrame, layout: PaperLayout, mapping: ReferenceMap
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Our metric row for each (model key, column index); an exact k beats a row without k."""
+    by_coordinates: dict[tuple[str, str, str, str], list[int]] = {}
+    for index, column in enumerate(layout.columns):
+        coordinates = (column.benchmark, column.subset, column.direction, column.metric)
+        by_coordinates.setdefault(coordinates, []).append(index)
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    owner: dict[tuple[str, int], str] = {}
+    for row in metrics.iter_rows(named=True):
+        ref = mapping.benchmark(row["benchmark"])
+        coordinates = (
+            ref.reference,
+            _reference_subset(row, ref.subset),
+            row["direction"],
+            row["metric"],
+        )
+        k = None if row["k"] is None else int(row["k"])
+        for index in by_coordinates.get(coordinates, []):
+            column = layout.columns[index]
+            if k is not None and k != column.k:
+                continue
+            key = (row["model"], index)
+            previous = found.get(key)
+            if previous is not None and owner[key] != row["benchmark"]:
+                raise VlbenchError(
+                    f"tables: benchmarks {owner[key]!r} and {row['benchmark']!r} both fill "
+                    f"column {column.label!r} of {layout.table} for model {row['model']!r}; "
+                    "map only one of them to it"
+                )
+            if previous is None or (previous["k"] is None and k is not None):
+                found[key] = row
+                owner[key] = row["benchmark"]
+    return found
+
+
+def _published_columns(
+    layout: PaperLayout, mapping: ReferenceMap, benchmark_keys: Iterable[str]
+) -> list[bool]:
+    """Whether each column shows published values: a configured key maps to it with published on."""
+    refs = [mapping.benchmark(key) for key in benchmark_keys]
+    return [
+        any(
+            ref.published
+            and ref.reference == column.benchmark
+            and ref.subset in (None, column.subset)
+            for ref in refs
+        )
+        for column in layout.columns
+    ]
+
+
+def layouts_for(benchmark_keys: Iterable[str], mapping: ReferenceMap) -> list[PaperLayout]:
+    """The paper tables that at least one configured benchmark key contributes to."""
+    references = {mapping.benchmark(key).reference for key in benchmark_keys}
+    return [layout for layout in LAYOUTS.values() if layout.benchmarks & references]
+
+
+def _reference_models(layout: PaperLayout, values: Iterable[PublishedValue]) -> list[str]:
+    names: list[str] = []
+    for value in values:
+        if value.table == layout.table and value.model not in names:
+            names.append(value.model)
+    return names
+
+
+def _fill_cell(
+    row: Mapping[str, Any] | None,
+    published: PublishedValue | None,
+    column_stats: tuple[float | None, int | None],
+    tolerance: float,
+) -> Cell:
+    chance, n_queries = column_stats
+    cell = Cell(chance=chance, n_queries=n_queries)
+    if row is not None:
+        cell.ours = _value(row, "value")
+        cell.ci_low = _value(row, "ci_low")
+        cell.ci_high = _value(row, "ci_high")
+        if cell.ours is not None and chance is not None:
+            low = cell.ci_low if cell.ci_low is not None else cell.ours
+            cell.ours_at_chance = low <= chance + 1e-9
+    if published is not None:
+        cell.published = published.value
+        cell.published_text = published.printed
+        if chance is not None and n_queries:
+            cell.published_at_chance = wilson_low(published.value, n_queries) <= chance + 1e-9
+    difference = cell.difference
+    cell.beyond_tolerance = difference is not None and abs(difference) > tolerance + 1e-9
+    return cell
+
+
+def _column_stats(
+    found: Mapping[tuple[str, int], Mapping[str, Any]], n_columns: int
+) -> list[tuple[float | None, int | None]]:
+    """Chance level and query count per column, from any model's row (they are benchmark-level)."""
+    stats: list[tuple[float | None, int | None]] = [(None, None)] * n_columns
+    for (_, index), row in sorted(found.items(), key=lambda item: item[0]):
+        if stats[index] == (None, None):
+            n = row.get("n_queries")
+            stats[index] = (_value(row, "chance"), None if n is None else int(n))
+    return stats
+
+
+def _mean_cell(table: PaperTable, row: Row, lookup: Mapping, published_on: bool) -> Cell:
+    """The mean column: ours and the printed mean; an inconsistent printed mean gets a note."""
+    mean = table.layout.mean
+    assert mean is not None
+    parts = [row.cells[table.labels.index(label)] for label in mean.of]
+    cell = Cell()
+    ours = [part.ours for part in parts]
+    if all(value is not None for value in ours):
+        cell.ours = sum(ours) / len(ours)  # type: ignore[arg-type]
+    if row.reference_model is None or not published_on:
+        return cell
+    printed = lookup.get(
+        (
+            table.layout.table,
+            row.reference_model,
+            mean.benchmark,
+            mean.subset,
+            mean.direction,
+            mean.metric,
+            mean.k,
+        )
+    )
+    published_parts = [part.published for part in parts]
+    recomputed = (
+        sum(published_parts) / len(published_parts)  # type: ignore[arg-type]
+        if all(value is not None for value in published_parts)
+        else None
+    )
+    if printed is not None:
+        cell.published, cell.published_text = printed.value, printed.printed
+        if recomputed is not None and abs(printed.value - recomputed) > MEAN_ROUNDING_SLACK + 1e-9:
+            table.notes.append(
+                f"Published mean of {row.reference_model} is inconsistent: printed "
+                f"{printed.printed}, but the mean of its printed cells is {recomputed:.2f}; the "
+                "difference column compares with the printed mean."
+            )
+    elif recomputed is not None:
+        cell.published, cell.published_text = recomputed, f"{recomputed:.2f}"
+    difference = cell.difference
+    cell.beyond_tolerance = difference is not None and abs(difference) > table.tolerance + 1e-9
+    return cell
+
+
+def build_paper_table(
+    layout: PaperLayout,
+    metrics: pl.DataFrame,
+    reference: list[PublishedValue],
+    mapping: ReferenceMap,
+    benchmark_keys: list[str],
+    tolerance: float,
+) -> PaperTable:
+    """Fill a layout with our rows and the published rows, in the paper's row order."""
+    lookup = published_lookup(reference)
+    found = match_metric_rows(metrics, layout, mapping)
+    published_on = _published_columns(layout, mapping, benchmark_keys)
+    stats = _column_stats(found, len(layout.columns))
+    labels = [column.label for column in layout.columns]
+    if layout.mean is not None:
+        labels.append(layout.mean.label)
+    table = PaperTable(layout, labels, [], tolerance, sorted(benchmark_keys))
+
+    def published_cell(name: str | None, index: int, column: Column) -> PublishedValue | None:
+        if name is None or not published_on[index]:
+            return None
+        return lookup.get(
+            (layout.table, name, column.benchmark, column.subset, column.direction,
+             column.metric, column.k)
+        )  # fmt: skip
+
+    def make_row(label: str, model_key: str | None, name: str | None) -> Row:
+        cells = [
+            _fill_cell(
+                found.get((model_key, index)) if model_key is not None else None,
+                published_cell(name, index, column),
+                stats[index],
+                tolerance,
+            )
+            for index, column in enumerate(layout.columns)
+        ]
+        return Row(label, model_key, name, cells)
+
+    our_models = sorted({model for model, _ in found})
+    reference_models = _reference_models(layout, reference)
+    name_of = {
+        model: next((n for n in mapping.model_names(model) if n in reference_models), None)
+        for model in our_models
+    }
+    any_published = any(published_on)
+    for name in reference_models:
+        keys = [model for model in our_models if name_of[model] == name]
+        for model in keys:
+            table.rows.append(make_row(f"{model} ({name})", model, name))
+        if not keys and any_published:
+            table.rows.append(make_row(f"{name} (published)", None, name))
+    for model in our_models:
+        if name_of[model] is None:
+            table.rows.append(make_row(model, model, None))
+    if layout.mean is not None:
+        mean_published = all(published_on[labels.index(label)] for label in layout.mean.of)
+        for row in table.rows:
+            row.cells.append(_mean_cell(table, row, lookup, mean_published))
+    table.notes[:0] = list(layout.notes)
+    layout_only = sorted(
+        key
+        for key in benchmark_keys
+        if not mapping.benchmark(key).published
+        and mapping.benchmark(key).reference in layout.benchmarks
+    )
+    if layout_only:
+        table.notes.append(
+            f"No published values for {', '.join(layout_only)}: the reference map sets "
+            "'published: false' (a stand-in, such as synthetic data, in the paper's layout)."
+        )
+    sources = sorted(
+        {value.source for value in reference if value.table == layout.table and any_published}
+    )
+    table.notes.extend(f"Published values: {source}." for source in sources)
+    return table
+
+
+def build_paper_tables(
+    metrics: pl.DataFrame,
+    reference: list[PublishedValue],
+    mapping: ReferenceMap,
+    benchmark_keys: list[str],
+    tolerance: float,
+) -> list[PaperTable]:
+    """Every paper table that a configured benchmark contributes to."""
+    return [
+        build_paper_table(layout, metrics, reference, mapping, benchmark_keys, tolerance)
+        for layout in layouts_for(benchmark_keys, mapping)
+    ]

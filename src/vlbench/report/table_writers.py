@@ -1,0 +1,204 @@
+"""Write a filled paper table as Markdown, CSV (paper layout, wide), LaTeX and HTML."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+
+from vlbench.atomic import write_text
+from vlbench.report.paper_tables import Cell, PaperTable, Row
+
+DASH = "–"
+TOLERANCE_MARK = "⚠"
+CHANCE_OURS = "chance level (ours)"
+CHANCE_PUBLISHED = "chance level (published)"
+
+
+def _number(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return DASH
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def cell_parts(cell: Cell) -> tuple[str, str, str]:
+    """The three printed parts of a cell: ours, published (as printed), difference."""
+    published = cell.published_text if cell.published_text is not None else DASH
+    return _number(cell.ours), published, _number(cell.difference, signed=True)
+
+
+def cell_text(cell: Cell) -> str:
+    """'ours / published / difference', with the tolerance mark when the difference is too big."""
+    text = " / ".join(cell_parts(cell))
+    return f"{text} {TOLERANCE_MARK}" if cell.beyond_tolerance else text
+
+
+def row_flags(row: Row) -> list[str]:
+    """The row-level flags in words."""
+    flags = []
+    if row.ours_at_chance:
+        flags.append(CHANCE_OURS)
+    if row.published_at_chance:
+        flags.append(CHANCE_PUBLISHED)
+    return flags
+
+
+def legend(table: PaperTable, mark: str = TOLERANCE_MARK, dash: str = DASH) -> list[str]:
+    """Lines that explain the cells and flags, shared by every format."""
+    return [
+        "Each cell: ours / published / difference (ours - published), in percent; "
+        f"{dash} where a value is missing.",
+        f"{mark} marks a difference larger than {table.tolerance:g} percentage points.",
+        f"'{CHANCE_OURS}': no cell of our row is above chance (every 95% interval reaches the "
+        f"chance level). '{CHANCE_PUBLISHED}': no published cell is above chance at our query "
+        "count (95% Wilson interval).",
+        f"Benchmarks: {', '.join(table.benchmark_keys)}.",
+    ]
+
+
+def markdown(table: PaperTable) -> str:
+    """The table in Markdown, with its title, legend and notes."""
+    header = ["model", *table.labels, "flags"]
+    lines = [f"# {table.layout.title}", "", *(f"- {line}" for line in legend(table)), ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("| " + " | ".join(["---", *["---:"] * len(table.labels), "---"]) + " |")
+    for row in table.rows:
+        cells = [row.label, *map(cell_text, row.cells), "; ".join(row_flags(row))]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    if table.notes:
+        lines += ["", "Notes:", ""] + [f"- {note}" for note in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _optional(value: float | None) -> str:
+    return "" if value is None else repr(round(value, 6))
+
+
+def csv_text(table: PaperTable) -> str:
+    """The table in the paper's layout: one row per model, ours/published/difference per column."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = ["row", "model_key", "reference_model"]
+    for label in table.labels:
+        header += [
+            f"{label} ours",
+            f"{label} ci_low",
+            f"{label} ci_high",
+            f"{label} published",
+            f"{label} difference",
+            f"{label} beyond_tolerance",
+        ]
+    writer.writerow([*header, "ours_at_chance", "published_at_chance"])
+    for row in table.rows:
+        values = [row.label, row.model_key or "", row.reference_model or ""]
+        for cell in row.cells:
+            values += [
+                _optional(cell.ours),
+                _optional(cell.ci_low),
+                _optional(cell.ci_high),
+                cell.published_text or "",
+                _optional(cell.difference),
+                str(cell.beyond_tolerance).lower(),
+            ]
+        values += [_flag(row.ours_at_chance), _flag(row.published_at_chance)]
+        writer.writerow(values)
+    return buffer.getvalue()
+
+
+def _flag(flag: bool | None) -> str:
+    return "" if flag is None else str(flag).lower()
+
+
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "→": r"$\rightarrow$",
+    "–": "--",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX special characters."""
+    return "".join(_LATEX_ESCAPES.get(char, char) for char in text)
+
+
+def _latex_cell(cell: Cell) -> str:
+    ours, published, difference = (latex_escape(part) for part in cell_parts(cell))
+    text = f"{ours} / {published} / {difference}"
+    return text + r"$^\dagger$" if cell.beyond_tolerance else text
+
+
+def latex(table: PaperTable) -> str:
+    """A booktabs tabular; dagger marks a difference beyond tolerance."""
+    spec = "l" + "r" * len(table.labels) + "l"
+    header = ["Model", *table.labels, "Flags"]
+    lines = [
+        f"% {table.layout.title}",
+        *(f"% {line}" for line in legend(table, mark="dagger", dash="--")),
+        r"\begin{tabular}{" + spec + "}",
+        r"\toprule",
+        " & ".join(latex_escape(label) for label in header) + r" \\",
+        r"\midrule",
+    ]
+    for row in table.rows:
+        cells = [
+            latex_escape(row.label),
+            *map(_latex_cell, row.cells),
+            latex_escape("; ".join(row_flags(row))),
+        ]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [f"% Note: {note}" for note in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def html_fragment(table: PaperTable) -> str:
+    """A standalone HTML page of the table (for the Snakemake report)."""
+    escape = html.escape
+    head = "".join(f"<th>{escape(label)}</th>" for label in ["model", *table.labels, "flags"])
+    body = []
+    for row in table.rows:
+        cells = [f"<td>{escape(row.label)}</td>"]
+        for cell in row.cells:
+            style = ' class="beyond"' if cell.beyond_tolerance else ""
+            cells.append(f"<td{style}>{escape(cell_text(cell))}</td>")
+        flags = "; ".join(row_flags(row))
+        cells.append(f'<td class="flag">{escape(flags)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    items = "".join(f"<li>{escape(line)}</li>" for line in [*legend(table), *table.notes])
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{escape(table.layout.title)}</title>"
+        "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}"
+        "td:first-child,td.flag{text-align:left}.beyond{background:#fde2a7}"
+        ".flag{color:#b00020}</style></head><body>"
+        f"<h2>{escape(table.layout.title)}</h2><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table><ul>{items}</ul></body></html>\n"
+    )
+
+
+def write_paper_table(table: PaperTable, directory: str | Path) -> list[Path]:
+    """Write <table>.md, .csv, .tex and .html into `directory`; return the paths."""
+    directory = Path(directory)
+    outputs = {
+        "md": markdown(table),
+        "csv": csv_text(table),
+        "tex": latex(table),
+        "html": html_fragment(table),
+    }
+    paths = []
+    for extension, text in outputs.items():
+        path = directory / f"{table.layout.table}.{extension}"
+        write_text(path, text)
+        paths.append(path)
+    return paths

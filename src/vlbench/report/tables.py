@@ -1,0 +1,145 @@
+"""Collect per-job metric files into the long metrics tables and one Markdown table per benchmark.
+
+``metrics.csv`` keeps exactly the contract columns (``METRIC_COLUMNS``); ``metrics_full.csv``
+keeps every column the metric jobs wrote (chance level, bootstrap bounds, flags, ...).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+
+from vlbench.atomic import atomic_path, write_text
+from vlbench.metrics.rows import METRIC_COLUMNS, notebook_columns
+
+DIRECTION_LABELS = {"image_to_text": "image→text", "text_to_image": "text→image"}
+
+
+def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
+    """Concatenate per-job metric CSVs in a stable order (chance column kept)."""
+    frames = [pl.read_csv(path) for path in paths]
+    table = pl.concat(frames, how="vertical_relaxed")
+    return table.sort(["benchmark", "subset", "model", "direction", "metric", "k"])
+
+
+def write_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
+    """The long-format contract: exactly METRIC_COLUMNS, values in percent."""
+    with atomic_path(path) as tmp:
+        table.select(METRIC_COLUMNS).write_csv(tmp)
+
+
+def write_full_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
+    """The contract columns first, then every extra column the metric jobs wrote."""
+    extra = [name for name in table.columns if name not in METRIC_COLUMNS]
+    with atomic_path(path) as tmp:
+        table.select([*METRIC_COLUMNS, *extra]).write_csv(tmp)
+
+
+def read_full_metrics(path: str | Path) -> pl.DataFrame:
+    """Read metrics_full.csv with the types the tables need (k may be empty)."""
+    return pl.read_csv(
+        path,
+        schema_overrides={"k": pl.Int64, "subset": pl.String, "n_queries": pl.Int64},
+        infer_schema_length=None,
+    )
+
+
+def _column(subset: str | None, direction: str, metric: str, k: int | None, subsets: int) -> str:
+    name = "R" if metric == "recall" else metric
+    label = f"{DIRECTION_LABELS.get(direction, direction)} {name}"
+    label = label if k is None else f"{label}@{k}"
+    return f"{subset} {label}" if subsets > 1 else label
+
+
+def _value_with_ci(row: dict) -> str:
+    value = f"{row['value']:.2f}"
+    if row.get("ci_low") is None or row.get("ci_high") is None:
+        return value
+    return f"{value} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+
+
+BENCHMARK_LEGEND = (
+    "Values in percent. Recall@k is the hit rate: a query scores when any relevant item is in its "
+    "top k. Brackets hold the 95% t-interval over queries. The chance row is the expected value "
+    "under a random ranking."
+)
+
+
+def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a benchmark table: models x (subset, direction, metric, k), chance row."""
+    rows = table.filter(pl.col("benchmark") == benchmark)
+    key_columns = ["subset", "direction", "metric", "k"]
+    keys = rows.select(key_columns).unique().sort(key_columns, nulls_last=True).rows()
+    subsets = rows["subset"].n_unique()
+    header = ["model", *[_column(*key, subsets=subsets) for key in keys]]
+    lookup = {tuple(r[c] for c in ["model", *key_columns]): r for r in rows.iter_rows(named=True)}
+    grid = []
+    for model in rows["model"].unique().sort().to_list():
+        cells = [
+            "" if (row := lookup.get((model, *key))) is None else _value_with_ci(row)
+            for key in keys
+        ]
+        grid.append([model, *cells])
+    if "chance" in rows.columns:
+        chance = []
+        for key in keys:
+            values = [
+                row["chance"]
+                for (_, *row_key), row in lookup.items()
+                if tuple(row_key) == key and row["chance"] is not None
+            ]
+            chance.append(f"{values[0]:.2f}" if values else "")
+        grid.append(["*chance*", *chance])
+    return header, grid
+
+
+def markdown_table(table: pl.DataFrame, benchmark: str) -> str:
+    """A benchmark's metrics as Markdown: models as rows, 95% CI in brackets, chance as last row."""
+    header, grid = benchmark_grid(table, benchmark)
+    lines = [f"# {benchmark}", "", BENCHMARK_LEGEND, ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |")
+    lines += ["| " + " | ".join(cells) + " |" for cells in grid]
+    return "\n".join(lines) + "\n"
+
+
+def html_table(table: pl.DataFrame, benchmark: str) -> str:
+    """The same table as a standalone HTML page (for the Snakemake report)."""
+    header, grid = benchmark_grid(table, benchmark)
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell.strip('*'))}</td>" for cell in cells) + "</tr>"
+        for cells in grid
+    )
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(benchmark)}</title><style>body{{font-family:sans-serif}}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "text-align:right}td:first-child{text-align:left}</style></head><body>"
+        f"<h2>{html.escape(benchmark)}</h2><p>{html.escape(BENCHMARK_LEGEND)}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n"
+    )
+
+
+def write_tables(
+    metric_files: Iterable[str | Path],
+    metrics_csv: str | Path,
+    markdown_dir: str | Path,
+    full_csv: str | Path | None = None,
+    notebook_names: bool = False,
+) -> None:
+    """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present.
+
+    `notebook_names` adds the BioMedFlickr notebook's column names to metrics_full.csv.
+    """
+    table = collect(metric_files)
+    if notebook_names:
+        table = notebook_columns(table)
+    write_metrics_csv(table, metrics_csv)
+    if full_csv is not None:
+        write_full_metrics_csv(table, full_csv)
+    for benchmark in table["benchmark"].unique().sort().to_list():
+        write_text(Path(markdown_dir) / f"{benchmark}.md", markdown_table(table, benchmark))

@@ -1,0 +1,1 @@
+"""What the Snakemake files call at parse time: targets, checks, fingerprints."""

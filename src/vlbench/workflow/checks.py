@@ -1,0 +1,102 @@
+"""Helpers shared by the Snakemake rule files and the thin rule scripts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vlbench.config import source_kind
+from vlbench.data.sources.spec import missing_source_files, unpinned_sources
+from vlbench.embedding.models import local_paths, looks_like_path, unpinned
+from vlbench.errors import VlbenchError
+from vlbench.paths import random_checkpoint
+from vlbench.workflow.fingerprints import fingerprint
+
+
+def model_spec_for_job(model_key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec an embedding job loads: random-init models load their rule-made checkpoint."""
+    resolved = {key: value for key, value in spec.items() if key != "random_init_seed"}
+    if "random_init_seed" in spec:
+        resolved["pretrained"] = random_checkpoint(model_key)
+    return resolved
+
+
+def local_checkpoint(model_key: str, spec: Mapping[str, Any]) -> list[str]:
+    """The local weights file a model depends on, as a Snakemake input list.
+
+    A user-supplied file that does not exist is left out, so a dry run still plans; the
+    embedding job then fails naming it (see `missing_local_paths`).
+    """
+    pretrained = model_spec_for_job(model_key, spec).get("pretrained")
+    if not pretrained or not looks_like_path(pretrained):
+        return []
+    if "random_init_seed" in spec or Path(pretrained).is_file():
+        return [pretrained]
+    return []
+
+
+def source_files(source: Mapping[str, Any]) -> list[str]:
+    """The user-supplied folder and files a benchmark source is read from (none for hub sources).
+
+    The source folder, every annotation file named (hashed by content when small), and any
+    image folder or archive named outside the folder.
+    """
+    if source_kind(source) != "path":
+        return []
+    root = os.path.normpath(source["path"])
+    paths = [root]
+    for field in ("annotations", "images", "archive"):
+        values = source.get(field)
+        for value in [values] if isinstance(values, str) else list(values or []):
+            path = os.path.normpath(os.path.join(root, value))
+            inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) == (
+                os.path.abspath(root)
+            )
+            if field == "annotations" or not inside:
+                paths.append(path)
+    return paths
+
+
+def source_fingerprint(source: Mapping[str, Any]) -> str:
+    """Fingerprint of every user-supplied file of a benchmark source ("" for hub sources)."""
+    return fingerprint(source_files(source))
+
+
+def model_fingerprint(spec: Mapping[str, Any]) -> str:
+    """Fingerprint of every user-supplied file a model reads: model_config, local weights,
+    local hub-layout folders ("" when it reads none; workflow-made checkpoints are left out,
+    Snakemake tracks those as rule outputs)."""
+    paths = [value for _, value, _ in local_paths(spec)]
+    text_model = spec.get("text_model", "")
+    if text_model and Path(text_model).is_dir():  # a plain folder path (pmc_clip)
+        paths.append(text_model)
+    return fingerprint(paths)
+
+
+def check_model_keys(config: Mapping[str, Any]) -> None:
+    """Reject model entries whose keys contradict each other."""
+    for key, spec in config["models"].items():
+        if "random_init_seed" in spec and "pretrained" in spec:
+            raise VlbenchError(
+                f"models.{key}: give either 'pretrained' or 'random_init_seed', not both"
+            )
+        if "random_init_seed" in spec and "model_config" not in spec:
+            raise VlbenchError(f"models.{key}: 'random_init_seed' needs a 'model_config'")
+
+
+def missing_local_paths(config: Mapping[str, Any]) -> list[str]:
+    """One line per local file or directory named in the config that does not exist."""
+    missing = []
+    for key, spec in config["models"].items():
+        for field, value, is_dir in local_paths(spec):
+            if not (Path(value).is_dir() if is_dir else Path(value).is_file()):
+                kind = "directory" if is_dir else "file"
+                missing.append(f"models.{key}.{field}: {kind} not found: {value}")
+        missing.extend(f"models.{key}: {line}" for line in unpinned(spec))
+    for key, spec in config["benchmarks"].items():
+        source = spec["source"]
+        if source_kind(source) == "path" and not Path(source["path"]).is_dir():
+            missing.append(f"benchmarks.{key}.source.path: directory not found: {source['path']}")
+    return missing + missing_source_files(config) + unpinned_sources(config)

@@ -1,0 +1,93 @@
+"""Every final target of the workflow, assembled in one place from a validated config."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vlbench.protocols import DIRECTIONS, PROTOCOLS
+
+
+def benchmark_directions(config: Mapping[str, Any], benchmark: str) -> list[str]:
+    """The directions a benchmark's protocol evaluates."""
+    return list(PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].directions)
+
+
+def metric_files(config: Mapping[str, Any]) -> list[str]:
+    """Every per-job metric CSV: each model x benchmark x the benchmark's directions."""
+    return [
+        f"results/metrics/{model}/{benchmark}/{direction}.csv"
+        for model in sorted(config["models"])
+        for benchmark in sorted(config["benchmarks"])
+        for direction in benchmark_directions(config, benchmark)
+    ]
+
+
+def outcome_files(config: Mapping[str, Any]) -> list[str]:
+    """The per-query outcome parquet files behind every metric CSV."""
+    return [path.removesuffix(".csv") + ".outcomes.parquet" for path in metric_files(config)]
+
+
+def metrics_extra_targets(config: Mapping[str, Any]) -> list[str]:
+    """Zero-shot per-class tables and, with two or more models, the paired tests."""
+    targets = [
+        f"results/metrics/{model}/{benchmark}/per_class.csv"
+        for model in sorted(config["models"])
+        for benchmark in sorted(config["benchmarks"])
+        if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].per_class
+    ]
+    return targets + (["results/tables/paired_tests.csv"] if len(config["models"]) > 1 else [])
+
+
+PAPER_TABLE_FORMATS = ("md", "csv", "tex", "html")
+BENCHMARK_PLOTS = ("recall_at_k", "model_bars")
+
+
+def table_targets(
+    paper_tables: Iterable[str],
+    benchmarks: dict[str, str],
+    models: Iterable[str],
+    directions: Iterable[str],
+    example_queries: int,
+) -> list[str]:
+    """Paper tables, per-benchmark HTML tables, plots, provenance and qualitative examples.
+
+    `benchmarks` maps each benchmark key to its protocol.
+    """
+    targets = [
+        f"results/tables/paper/{table}.{extension}"
+        for table in paper_tables
+        for extension in PAPER_TABLE_FORMATS
+    ]
+    for benchmark in sorted(benchmarks):
+        targets += [
+            f"results/tables/{benchmark}.html",
+            f"results/provenance/{benchmark}.html",
+            *(f"results/plots/{benchmark}/{plot}.png" for plot in BENCHMARK_PLOTS),
+        ]
+        # Qualitative examples search the whole gallery, which is the protocol only for these.
+        if example_queries > 0 and PROTOCOLS[benchmarks[benchmark]].item_retrieval:
+            targets += [
+                f"results/plots/{benchmark}/examples/{model}/{direction}.png"
+                for model in sorted(models)
+                for direction in directions
+            ]
+    return targets
+
+
+def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
+    """`rule all`'s inputs: metrics tables, per-class tables, paired tests, paper tables,
+    per-benchmark tables, plots, provenance and examples."""
+    benchmarks = sorted(config["benchmarks"])
+    return (
+        ["results/tables/metrics.csv"]
+        + [f"results/tables/{benchmark}.md" for benchmark in benchmarks]
+        + metrics_extra_targets(config)
+        + table_targets(
+            paper_tables,
+            {key: config["benchmarks"][key]["protocol"] for key in benchmarks},
+            sorted(config["models"]),
+            list(DIRECTIONS),
+            config["tables"]["qualitative_queries"],
+        )
+    )

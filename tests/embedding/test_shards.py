@@ -1,0 +1,224 @@
+"""Embedding shards: planning, atomic shard files, gather, float16 storage and resume."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from embed_support import reference_image_embeddings, tiny_model, write_images, write_texts
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vlbench import atomic
+from vlbench.embedding import shards as embed_shards
+from vlbench.embedding.matrices import embed_modality_sharded
+from vlbench.embedding.shard_files import (
+    gather_shards,
+    load_embeddings,
+    read_shard_plan,
+    save_embeddings,
+    shard_ranges,
+    write_shard_plan,
+)
+from vlbench.embedding.shards import EmbedSettings
+from vlbench.errors import VlbenchError
+
+ROWS = 13
+
+
+@given(rows=st.integers(1, 5000), size=st.integers(1, 700))
+def test_shard_ranges_cover_every_row_once_in_order(rows: int, size: int) -> None:
+    ranges = shard_ranges(rows, size)
+    covered = [row for start, stop in ranges for row in range(start, stop)]
+    assert covered == list(range(rows))
+    assert all(0 < stop - start <= size for start, stop in ranges)
+    assert len(ranges) == -(-rows // size)
+
+
+def test_shard_plan_comes_from_parquet_metadata(tmp_path: Path) -> None:
+    source = tmp_path / "texts.parquet"
+    write_texts(source, 10, row_group_size=3)
+    assert write_shard_plan(source, 4, tmp_path / "plan.json") == 3
+    plan = read_shard_plan(tmp_path / "plan.json")
+    assert plan["rows"] == 10
+    assert plan["shards"] == {"shard-00000": [0, 4], "shard-00001": [4, 8], "shard-00002": [8, 10]}
+
+
+def test_empty_source_is_a_user_error(tmp_path: Path) -> None:
+    source = tmp_path / "texts.parquet"
+    write_texts(source, 0, row_group_size=3)
+    with pytest.raises(VlbenchError, match="no rows to embed"):
+        write_shard_plan(source, 4, tmp_path / "plan.json")
+
+
+@pytest.fixture(scope="module")
+def benchmark_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    directory = tmp_path_factory.mktemp("bench")
+    images = write_images(directory / "images.parquet", ROWS, row_group_size=4)
+    write_texts(directory / "texts.parquet", ROWS, row_group_size=4)
+    return directory, images
+
+
+def run(model, directory: Path, out: Path, modality: str, **changes) -> Path:
+    settings = EmbedSettings(
+        benchmark="bench", batch_size=4, pixel_cache_dir=str(out / "pixels"), **changes
+    )
+    source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
+    return embed_modality_sharded(
+        model, {"name": "vlbench-tiny"}, modality, source, settings, 5, out / "emb"
+    )
+
+
+def test_sharded_images_equal_the_reference_and_are_gathered_in_order(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, images = benchmark_dir
+    model = tiny_model()
+    out = run(model, directory, tmp_path, "image")
+    matrix, ids = load_embeddings(out, tmp_path / "emb" / "image.ids.parquet")
+    assert list(ids) == [f"img-{row:04d}" for row in range(ROWS)]
+    # Shards of 5 rows with batches of 4: the reference batches the same rows per shard.
+    reference = np.concatenate(
+        [
+            reference_image_embeddings(model, images[start : start + 5], batch_size=4)
+            for start in range(0, ROWS, 5)
+        ]
+    )
+    assert np.array_equal(matrix, reference)
+    shards = sorted((tmp_path / "emb" / "image").glob("shard-*.npy"))
+    assert [p.name for p in shards] == ["shard-00000.npy", "shard-00001.npy", "shard-00002.npy"]
+    record = json.loads((tmp_path / "emb" / "image.json").read_text())
+    assert record["rows"] == ROWS
+    assert [shard["rows"] for shard in record["shards"]] == [[0, 5], [5, 10], [10, 13]]
+
+
+def test_texts_equal_direct_encoding(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    model = tiny_model()
+    out = run(model, directory, tmp_path, "text")
+    matrix, ids = load_embeddings(out, tmp_path / "emb" / "text.ids.parquet")
+    texts = pq.read_table(directory / "texts.parquet").column("text").to_pylist()
+    expected = np.concatenate(
+        [
+            model.encode_texts(texts[s : s + 5][i : i + 4])
+            for s in range(0, ROWS, 5)
+            for i in range(0, len(texts[s : s + 5]), 4)
+        ]
+    )
+    assert list(ids) == [f"txt-{row:04d}" for row in range(ROWS)]
+    assert np.array_equal(matrix, expected)
+
+
+def test_float16_storage_rounds_and_reads_back_as_float32(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    model = tiny_model()
+    full = run(model, directory, tmp_path / "a", "text")
+    half = run(model, directory, tmp_path / "b", "text", storage_dtype="float16")
+    assert np.load(half, allow_pickle=False).dtype == np.float16
+    ids = tmp_path / "a" / "emb" / "text.ids.parquet"
+    exact, _ = load_embeddings(full, ids)
+    rounded, _ = load_embeddings(half, tmp_path / "b" / "emb" / "text.ids.parquet")
+    assert rounded.dtype == np.float32
+    assert np.array_equal(rounded, exact.astype(np.float16).astype(np.float32))
+    assert 0 < np.abs(rounded - exact).max() < 1e-3
+
+
+def test_rerun_recomputes_only_missing_shards(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, _ = benchmark_dir
+    model = tiny_model()
+    first = run(model, directory, tmp_path, "text")
+    before = np.load(first, allow_pickle=False)
+    (tmp_path / "emb" / "text" / "shard-00001.npy").unlink()
+    calls = []
+    original = embed_shards.embed_shard
+
+    def counting(*args, **kwargs):
+        calls.append(args[4:6])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("vlbench.embedding.matrices.embed_shard", counting)
+    again = run(model, directory, tmp_path, "text")
+    assert calls == [(5, 10)]
+    assert np.array_equal(np.load(again, allow_pickle=False), before)
+
+
+def test_killed_shard_leaves_nothing_that_looks_finished(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    model = tiny_model()
+    encode = model.encode_images
+    calls = {"n": 0}
+
+    def dying(pixels):
+        calls["n"] += 1
+        if calls["n"] == 4:  # second batch of the second shard
+            raise KeyboardInterrupt
+        return encode(pixels)
+
+    model.encode_images = dying  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run(model, directory, tmp_path, "image")
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert not any(name.endswith(".partial") for name in files)
+    assert "emb/image/shard-00000.npy" in files
+    assert not any("shard-00001" in name for name in files)
+    assert not (tmp_path / "emb" / "image.npy").exists()
+
+
+def test_gather_refuses_shards_that_disagree(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((2, 4), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((2, 3), np.float32))
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.json").write_text("{}")
+    with pytest.raises(VlbenchError, match="disagree"):
+        gather_shards(
+            [tmp_path / "a.npy", tmp_path / "b.npy"],
+            [tmp_path / "a.ids", tmp_path / "b.ids"],
+            [tmp_path / "a.json", tmp_path / "b.json"],
+            tmp_path / "out.npy",
+            tmp_path / "out.ids.parquet",
+            tmp_path / "out.json",
+        )
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = []
+    for name in ("a", "b"):
+        npy, ids, prov = (tmp_path / f"{name}{suffix}" for suffix in (".npy", ".ids", ".json"))
+        save_embeddings(
+            [f"{name}{row}" for row in range(1000)], np.ones((1000, 512), np.float32), npy, ids
+        )
+        prov.write_text(json.dumps({"rows": [0, 1000]}))
+        paths.append((npy, ids, prov))
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "posix_fallocate", full)
+    out = tmp_path / "out" / "image.npy"
+    with pytest.raises(VlbenchError) as caught:
+        gather_shards(
+            *([shard[i] for shard in paths] for i in range(3)),
+            out,
+            tmp_path / "out" / "image.ids.parquet",
+            tmp_path / "out" / "image.json",
+        )
+    # 2000 x 512 float32 and a 128-byte header: 4,096,128 bytes.
+    assert str(caught.value) == f"no space left on device for {out} (needs about 4.1 MB)"
+    assert not out.exists()
+    assert not list(tmp_path.rglob("*.partial"))

@@ -1,0 +1,94 @@
+"""Killed workflows: SIGKILL at many points, then --rerun-incomplete gives the uninterrupted tables.
+
+Each case sets VLBENCH_CRASH_BEFORE (see vlbench.atomic) so that the whole process group,
+Snakemake and every running job, dies just before one output would be renamed into place.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from workflow_helpers import SNAKEFILE, run_in_own_session, small_demo, write_config
+
+from vlbench.atomic import CRASH_ENV
+
+# Points spread over embedding, indexing, ranking, metrics and table writing.
+CRASH_POINTS = [
+    "*/results/embeddings/*/image/shard-00000.npy",
+    "*/results/embeddings/*/text/shard-00001.npy",
+    "*/results/embeddings/*/text.npy",
+    "*/results/embeddings/*/image.ids.parquet",
+    "*/results/index/*/image.faiss",
+    "*/results/ranks/*/image_to_text.parquet",
+    "*/results/ranks/*/text_to_image.parquet",
+    "*/results/metrics/*/text_to_image.csv",
+    "*/results/tables/metrics.csv",
+    "*/results/tables/*.html",
+]
+FINAL_TABLES = ["results/tables/metrics.csv", "results/tables/metrics_full.csv"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_killed_run_resumes_to_identical_tables(
+    point: str, small_demo_run: Path, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_config(workdir, small_demo())
+    killed = run_in_own_session(workdir, env={CRASH_ENV: point})
+    assert killed.returncode == -signal.SIGKILL, (
+        f"the crash point {point} was never reached:\n{killed.stderr[-2000:]}"
+    )
+    # Nothing the killed jobs left counts as finished: a plain dry run still has work to do,
+    # or refuses to go on from outputs Snakemake marked incomplete.
+    plain = run_in_own_session(workdir, "--dry-run")
+    output = plain.stdout + plain.stderr
+    assert "Nothing to be done" not in output
+    assert plain.returncode == 0 or "incomplete" in output.lower()
+    # SIGKILL leaves Snakemake's lock behind: release it as a user would, then resume.
+    assert run_in_own_session(workdir, "--unlock").returncode == 0
+    resumed = run_in_own_session(workdir, "--rerun-incomplete")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for name in FINAL_TABLES:
+        expected = (small_demo_run / name).read_bytes()
+        assert (workdir / name).read_bytes() == expected, f"{name} differs after a kill at {point}"
+    leftovers = [p for p in (workdir / "results").rglob("*.partial") if p.is_file()]
+    assert all(p.name.startswith(".") for p in leftovers)
+
+
+def test_second_invocation_on_the_same_directory_fails_fast(tmp_path: Path) -> None:
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_config(workdir, small_demo())
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
+    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    first = subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        locks = workdir / ".snakemake" / "locks"
+        deadline = time.monotonic() + 120
+        while not (locks.exists() and any(locks.iterdir())):
+            assert first.poll() is None, "the first run ended before taking its lock"
+            assert time.monotonic() < deadline, "the first run never took its lock"
+            time.sleep(0.2)
+        started = time.monotonic()
+        second = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+        assert second.returncode != 0
+        # Snakemake refuses at its lock or, while the first run has a job in flight, already
+        # at that job's outputs (marked incomplete); neither touches the first run's files.
+        said = (second.stdout + second.stderr).lower()
+        assert "cannot be locked" in said or "incomplete files" in said, said[-2000:]
+        # Following the advice to rerun incomplete jobs still stops at the lock.
+        forced = subprocess.run(
+            [*command, "--rerun-incomplete"], cwd=workdir, capture_output=True, text=True
+        )
+        assert forced.returncode != 0
+        assert "cannot be locked" in (forced.stdout + forced.stderr).lower()
+        assert time.monotonic() - started < 60
+    finally:
+        first.wait(timeout=600)
+    assert first.returncode == 0

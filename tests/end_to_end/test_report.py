@@ -1,0 +1,209 @@
+"""The demo's report: paper table, plots and provenance inside `snakemake --report` HTML."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.metadata
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, write_config
+
+from vlbench.embedding.shard_files import gather_shards, save_embeddings
+from vlbench.metrics.rows import METRIC_COLUMNS
+from vlbench.report.provenance import (
+    collect_provenance,
+    provenance_html,
+    timing_rows,
+    write_provenance,
+)
+
+BENCHMARK = "synthetic-biomedflickr"
+EMBEDDED = re.compile(
+    r'data:(?P<mime>[^;"]+)(?:;[^;,"]*)*?;filename=(?P<name>[^;,"]+);base64,(?P<data>[A-Za-z0-9+/=]+)'
+)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished demo-like run (tiny random model, synthetic BioMedFlickr layout), its report."""
+    workdir = tmp_path_factory.mktemp("demo")
+    config = {
+        "models": {"tiny-random": tiny_model()},
+        "benchmarks": {BENCHMARK: synthetic_benchmark(pairs=24, k=[1, 5, 10])},
+        "tables": {"qualitative_queries": 2},
+    }
+    configfile = write_config(workdir, config)
+    run_workflow(workdir, configfile, "--cores", "2")
+    run_workflow(workdir, configfile, "--report", "results/report.html")
+    return workdir
+
+
+def embedded_files(report: Path) -> dict[str, list[bytes]]:
+    """The files a self-contained Snakemake HTML report carries, by file name."""
+    files: dict[str, list[bytes]] = {}
+    for match in EMBEDDED.finditer(report.read_text(encoding="utf-8")):
+        files.setdefault(match["name"], []).append(base64.b64decode(match["data"]))
+    return files
+
+
+def hit_rate(ranks: Path, k: int) -> float:
+    """Recall@k recomputed from the per-query ranks: a hit when the best relevant rank <= k."""
+    best = pl.read_parquet(ranks).group_by("query_id").agg(pl.col("rank").min())["rank"]
+    return 100.0 * float((best <= k).mean())
+
+
+def test_report_holds_the_paper_table_with_our_cells_and_the_chance_flag(demo: Path) -> None:
+    files = embedded_files(demo / "results" / "report.html")
+    table = files["biomedflickr.html"][0].decode("utf-8")
+    assert "tiny-random" in table
+    assert "chance level (ours)" in table
+    ranks = demo / "results" / "ranks" / "tiny-random" / BENCHMARK
+    # The notebook's I2T is text->image; T2I is image->text. Published cells stay empty.
+    for label, direction in (("I2T", "text_to_image"), ("T2I", "image_to_text")):
+        for k in (1, 10):
+            value = hit_rate(ranks / f"{direction}.parquet", k)
+            assert f"{value:.2f} / – / –" in table, (label, k)
+    assert "published: false" in table
+
+
+def test_report_holds_plots_and_examples(demo: Path) -> None:
+    files = embedded_files(demo / "results" / "report.html")
+    for name in ("recall_at_k.png", "model_bars.png", "image_to_text.png", "text_to_image.png"):
+        assert files[name][0].startswith(b"\x89PNG\r\n\x1a\n"), name
+
+
+def test_report_holds_provenance(demo: Path) -> None:
+    files = embedded_files(demo / "results" / "report.html")
+    pages = [page.decode("utf-8") for page in files[f"{BENCHMARK}.html"]]
+    provenance = next(page for page in pages if "Provenance" in page)
+    weights = hashlib.sha256((demo / "results/checkpoints/tiny-random.pt").read_bytes()).hexdigest()
+    assert weights in provenance
+    for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "rank"):
+        assert expected in provenance, expected
+    assert importlib.metadata.version("open_clip_torch") in provenance
+    metrics = next(page for page in pages if "Provenance" not in page)
+    assert "chance" in metrics
+
+
+def test_tables_keep_the_contract_and_all_formats(demo: Path) -> None:
+    tables = demo / "results" / "tables"
+    with open(tables / "metrics.csv", encoding="utf-8") as handle:
+        assert next(csv.reader(handle)) == METRIC_COLUMNS
+    with open(tables / "metrics_full.csv", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert header[: len(METRIC_COLUMNS)] == METRIC_COLUMNS and "chance" in header
+    for extension in ("md", "csv", "tex", "html"):
+        assert (tables / "paper" / f"biomedflickr.{extension}").stat().st_size > 0
+
+
+def test_provenance_reads_jobs_and_timings_of_one_benchmark(tmp_path: Path) -> None:
+    meta = tmp_path / "benchmark.json"
+    meta.write_text(json.dumps({"source": "hub", "repo": "o/r", "revision": "a" * 40}))
+    record = tmp_path / "emb" / "m1" / "b" / "image.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(
+        json.dumps(
+            {
+                "model": {"name": "ViT-B-16", "pretrained": "openai"},
+                "weights_sha256": "f" * 64,
+                "precision": "bf16",
+                "device": "cuda:0",
+                "batch_size": 256,
+                "seconds": 12.5,
+                "versions": {"torch": "9.9"},
+            }
+        )
+    )
+    timings = tmp_path / "timings"
+    for relative, seconds in (
+        ("embed/m1/b/image.tsv", "3.5"),
+        ("prepare_benchmark/b.tsv", "1.0"),
+        ("rank/m1/other/text_to_image.tsv", "7.0"),
+    ):
+        path = timings / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:03\t100.5\n")
+    rows = timing_rows(timings, "b")
+    assert [(row["rule"], row["job"], row["seconds"]) for row in rows] == [
+        ("embed", "m1/b/image", 3.5),
+        ("prepare_benchmark", "b", 1.0),
+    ]
+    collected = collect_provenance("b", meta, [record], timings)
+    assert collected["embeddings"][0]["model_key"] == "m1"
+    assert collected["embeddings"][0]["torch"] == "9.9"
+    page = provenance_html(collected)
+    assert "a" * 40 in page and "f" * 64 in page and "bf16" in page and "256" in page
+
+
+def gathered_embedding(directory: Path, places: list[tuple[str, str, str]]) -> Path:
+    """A gathered <modality>.json written by the gather, one shard per (host, device, name)."""
+    shards = []
+    for index, (host, device, device_name) in enumerate(places):
+        stem = directory / "image" / f"shard-{index:05d}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        ids = [f"img-{index}-{row}" for row in range(2)]
+        npy, ids_path, json_path = (stem.with_suffix(s) for s in (".npy", ".ids.parquet", ".json"))
+        save_embeddings(ids, np.eye(2, 4, dtype=np.float32), npy, ids_path)
+        record = {
+            "model": {"name": "ViT-B-16", "pretrained": "openai"},
+            "weights_sha256": "f" * 64,
+            "precision": "bf16",
+            "device": device,
+            "device_name": device_name,
+            "host": host,
+            "batch_size": 256,
+            "modality": "image",
+            "rows": [2 * index, 2 * index + 2],
+            "seconds": 1.5,
+            "versions": {"torch": "9.9"},
+        }
+        json_path.write_text(json.dumps(record))
+        shards.append((npy, ids_path, json_path))
+    out = directory / "image.npy"
+    gather_shards(
+        *([shard[i] for shard in shards] for i in range(3)),
+        out,
+        directory / "image.ids.parquet",
+        directory / "image.json",
+    )
+    return directory / "image.json"
+
+
+def test_provenance_csv_takes_device_and_host_from_the_gathered_shards(tmp_path: Path) -> None:
+    meta = tmp_path / "benchmark.json"
+    meta.write_text(json.dumps({"source": "hub", "repo": "o/r", "revision": "a" * 40}))
+    one_place = gathered_embedding(
+        tmp_path / "emb" / "m1" / "b", [("node1", "cuda:0", "NVIDIA H100")] * 2
+    )
+    spread = gathered_embedding(
+        tmp_path / "emb" / "m2" / "b",
+        [
+            ("node1", "cuda:0", "NVIDIA H100"),
+            ("node2", "cuda:0", "NVIDIA A100"),
+            ("node1", "cuda:1", "NVIDIA H100"),
+        ],
+    )
+    assert "device" not in json.loads(spread.read_text())  # moved under shards[]
+    record = collect_provenance("b", meta, [spread, one_place], tmp_path / "timings")
+    write_provenance(record, tmp_path / "b.csv", tmp_path / "b.html")
+    with open(tmp_path / "b.csv", encoding="utf-8", newline="") as handle:
+        rows = {row["model_key"]: row for row in csv.DictReader(handle)}
+    assert (rows["m1"]["device"], rows["m1"]["device_name"], rows["m1"]["host"]) == (
+        "cuda:0",
+        "NVIDIA H100",
+        "node1",
+    )
+    assert (rows["m2"]["device"], rows["m2"]["device_name"], rows["m2"]["host"]) == (
+        "cuda:0;cuda:1",
+        "NVIDIA H100;NVIDIA A100",
+        "node1;node2",
+    )
+    assert rows["m2"]["rows"] == "6" and rows["m2"]["precision"] == "bf16"
+    assert "NVIDIA H100;NVIDIA A100" in (tmp_path / "b.html").read_text()

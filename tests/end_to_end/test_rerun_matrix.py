@@ -1,0 +1,369 @@
+"""The rerun matrix: after a finished run, each edit schedules exactly the jobs that depend on it.
+
+One finished run (two models, two local benchmarks, a paper table) is copied for every edit; the
+edit is applied to the copy and the jobs of Snakemake's dry run are compared with the set the
+DAG says must rerun. Jobs downstream of a shard plan that reruns are not listed by a dry run
+(the plan is a checkpoint); which embedding shards then really rerun is checked by a real run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from rerun_matrix_support import (
+    CHECKPOINT,
+    MODEL_A,
+    MODEL_B,
+    REFERENCE_CSV,
+    REFERENCE_MAP,
+    finished_run,
+    scheduled_jobs,
+)
+from workflow_helpers import run_workflow
+
+from vlbench.embedding.models import write_random_checkpoint
+
+MODELS = ("local", "tiny")
+BENCHMARKS = ("birds", "pairs")
+MODALITIES = ("image", "text")
+DIRECTIONS = ("image_to_text", "text_to_image")
+PAIRS_PARQUET = "data/pairs/data/test-00000-of-00001.parquet"
+OLD_MTIME_NS = 946_684_800 * 10**9  # 2000-01-01: older than every output
+
+
+def job(rule: str, **wildcards: str) -> str:
+    """A job as `scheduled_jobs` writes it."""
+    if not wildcards:
+        return rule
+    return f"{rule}[{','.join(f'{k}={v}' for k, v in sorted(wildcards.items()))}]"
+
+
+def summary(benchmarks=BENCHMARKS, paired_tests: bool = True) -> set[str]:
+    """The jobs that read the long metrics table (and the paired tests)."""
+    jobs = {job("tables"), job("paper_table", table="biomedflickr")}
+    jobs |= {job("paired_tests")} if paired_tests else set()
+    for benchmark in benchmarks:
+        jobs |= {
+            job("benchmark_table", benchmark=benchmark),
+            job("plot_benchmark", benchmark=benchmark),
+            job("provenance", benchmark=benchmark),
+        }
+    return jobs
+
+
+def from_metrics(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Metric jobs and everything after them."""
+    return {
+        job("metrics", model=m, benchmark=b, direction=d)
+        for m in models
+        for b in benchmarks
+        for d in DIRECTIONS
+    } | summary()
+
+
+def from_ranks(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Rank jobs and everything after them."""
+    ranks = {
+        job("rank", model=m, benchmark=b, direction=d)
+        for m in models
+        for b in benchmarks
+        for d in DIRECTIONS
+    }
+    return ranks | from_metrics(models, benchmarks)
+
+
+def from_gather(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Gathered matrices, their indexes, and everything after them."""
+    jobs = set()
+    for m in models:
+        for b in benchmarks:
+            for modality in MODALITIES:
+                jobs |= {
+                    job("gather_embeddings", model=m, benchmark=b, modality=modality),
+                    job("build_index", model=m, benchmark=b, modality=modality),
+                }
+    return jobs | from_ranks(models, benchmarks)
+
+
+def from_shards(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Every embedding shard (one per modality here) and everything after them."""
+    shards = {
+        job("embed_shard", model=m, benchmark=b, modality=modality, shard="shard-00000")
+        for m in models
+        for b in benchmarks
+        for modality in MODALITIES
+    }
+    return shards | from_gather(models, benchmarks)
+
+
+def from_prepare(benchmark: str) -> set[str]:
+    """A benchmark re-prepared: its plans (checkpoints: the dry run stops there) and after."""
+    plans = {job("plan_shards", benchmark=benchmark, modality=m) for m in MODALITIES}
+    return (
+        {job("prepare_benchmark", benchmark=benchmark)}
+        | plans
+        | from_gather(benchmarks=(benchmark,))
+    )
+
+
+# --- edits ------------------------------------------------------------------------------------
+
+
+def edit_config(workdir: Path, change: Callable[[dict], None]) -> None:
+    path = workdir / "config.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    change(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+def edited_caption_table(workdir: Path) -> pa.Table:
+    table = pq.read_table(workdir / PAIRS_PARQUET)
+    captions = table.column("caption").to_pylist()
+    captions[3] = captions[3] + " (edited)"
+    return table.set_column(table.schema.get_field_index("caption"), "caption", pa.array(captions))
+
+
+def caption_in_place(workdir: Path) -> None:
+    table = edited_caption_table(workdir)
+    with open(workdir / PAIRS_PARQUET, "r+b") as handle:  # same inode, as an editor in place
+        handle.truncate(0)
+        pq.write_table(table, handle)
+
+
+def caption_write_then_rename(workdir: Path) -> None:
+    tmp = workdir / "data" / "pairs" / "data" / "edit.tmp"
+    pq.write_table(edited_caption_table(workdir), tmp)
+    os.replace(tmp, workdir / PAIRS_PARQUET)
+
+
+def annotation_csv_in_place(workdir: Path) -> None:
+    path = workdir / "data" / "birds" / "annotations.csv"
+    text = path.read_text(encoding="utf-8").replace("on a branch", "on a twig", 1)
+    path.write_text(text, encoding="utf-8")
+
+
+def image_replaced(workdir: Path) -> None:
+    images = workdir / "data" / "birds" / "images"
+    data = (images / "7001.jpg").read_bytes()
+    (images / "7000.jpg").unlink()
+    (images / "7000.jpg").write_bytes(data)
+
+
+def model_config_edited(path: str) -> Callable[[Path], None]:
+    def edit(workdir: Path) -> None:
+        config = json.loads((workdir / path).read_text(encoding="utf-8"))
+        config["quick_gelu"] = True
+        (workdir / path).write_text(json.dumps(config), encoding="utf-8")
+
+    return edit
+
+
+def checkpoint_replaced_by_older_copy(workdir: Path) -> None:
+    other = workdir / "other.pt"
+    write_random_checkpoint("vlbench-tiny", workdir / MODEL_B, 11, other)
+    os.utime(other, ns=(OLD_MTIME_NS, OLD_MTIME_NS))
+    os.replace(other, workdir / CHECKPOINT)
+
+
+def reference_csv_edited_keeping_mtime(workdir: Path) -> None:
+    path = workdir / REFERENCE_CSV
+    stat = path.stat()
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    value = rows[0].index("value")
+    rows[1][value] = str(float(rows[1][value]) + 1.25)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def reference_map_edited(workdir: Path) -> None:
+    path = workdir / REFERENCE_MAP
+    path.write_text(path.read_text(encoding="utf-8") + "# a comment\n", encoding="utf-8")
+
+
+def set_key(*keys: str, value) -> Callable[[Path], None]:
+    def change(config: dict) -> None:
+        section = config
+        for key in keys[:-1]:
+            section = section.setdefault(key, {})
+        section[keys[-1]] = value
+
+    return lambda workdir: edit_config(workdir, change)
+
+
+def add_model(workdir: Path) -> None:
+    edit_config(
+        workdir,
+        lambda c: c["models"].update(
+            extra={"name": "vlbench-tiny", "model_config": MODEL_A, "random_init_seed": 5}
+        ),
+    )
+
+
+def remove_model(workdir: Path) -> None:
+    edit_config(workdir, lambda c: c["models"].pop("local"))
+
+
+def add_benchmark(workdir: Path) -> None:
+    shutil.copytree(workdir / "data" / "pairs", workdir / "data" / "more")
+    edit_config(
+        workdir,
+        lambda c: c["benchmarks"].update(
+            more={"protocol": "paired", "source": {"path": "data/more"}, "k": [1]}
+        ),
+    )
+
+
+def remove_benchmark(workdir: Path) -> None:
+    edit_config(workdir, lambda c: c["benchmarks"].pop("birds"))
+
+
+def new_benchmark_jobs() -> set[str]:
+    jobs = {job("prepare_benchmark", benchmark="more")}
+    jobs |= {job("plan_shards", benchmark="more", modality=m) for m in MODALITIES}
+    # A new benchmark's plans are not written yet, so the dry run lists its gathers, not shards.
+    return jobs | from_gather(benchmarks=("more",)) | summary(("birds", "more", "pairs"))
+
+
+MODEL_TINY = {job("init_random_checkpoint", model="tiny")} | from_shards(models=("tiny",))
+EXTRA_MODEL = {job("init_random_checkpoint", model="extra")} | from_shards(models=("extra",))
+
+MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
+    "nothing changed": (lambda workdir: None, set()),
+    "caption edited in place": (caption_in_place, from_prepare("pairs")),
+    "caption edited, written then renamed": (caption_write_then_rename, from_prepare("pairs")),
+    "annotation CSV rewritten in place": (annotation_csv_in_place, from_prepare("birds")),
+    "image file replaced": (image_replaced, from_prepare("birds")),
+    "model_config of a random-init model edited": (model_config_edited(MODEL_A), MODEL_TINY),
+    "model_config of a local checkpoint edited": (
+        model_config_edited(MODEL_B),
+        from_shards(models=("local",)),
+    ),
+    "local checkpoint replaced by an older file": (
+        checkpoint_replaced_by_older_copy,
+        from_shards(models=("local",)),
+    ),
+    "reference CSV edited, mtime kept": (
+        reference_csv_edited_keeping_mtime,
+        {job("paper_table", table="biomedflickr")},
+    ),
+    "reference map edited": (reference_map_edited, {job("paper_table", table="biomedflickr")}),
+    "embedding.num_workers": (set_key("embedding", "num_workers", value=1), set()),
+    "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
+    "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
+    "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
+    "embedding.shard_size": (
+        set_key("embedding", "shard_size", value=10),
+        {job("plan_shards", benchmark=b, modality=m) for b in BENCHMARKS for m in MODALITIES}
+        | from_gather(),
+    ),
+    "embedding.storage_dtype": (
+        set_key("embedding", "storage_dtype", value="float16"),
+        from_shards(),
+    ),
+    "ranking.tie_policy": (set_key("ranking", "tie_policy", value="optimistic"), from_ranks()),
+    "metrics.bootstrap_samples": (
+        set_key("metrics", "bootstrap_samples", value=30),
+        from_metrics(),
+    ),
+    "metrics.permutation_samples": (
+        set_key("metrics", "permutation_samples", value=60),
+        {job("paired_tests")},
+    ),
+    "metrics.notebook_columns": (
+        set_key("metrics", "notebook_columns", value=True),
+        summary() - {job("paired_tests")},
+    ),
+    "tables.tolerance": (
+        set_key("tables", "tolerance", value=1.0),
+        {job("paper_table", table="biomedflickr")},
+    ),
+    "tables.qualitative_queries": (
+        set_key("tables", "qualitative_queries", value=1),
+        {
+            job("qualitative_examples", model=m, benchmark=b, direction=d)
+            for m in MODELS
+            for b in BENCHMARKS
+            for d in DIRECTIONS
+        },
+    ),
+    "benchmarks.birds.k": (
+        set_key("benchmarks", "birds", "k", value=[1, 10]),
+        from_metrics(benchmarks=("birds",)),
+    ),
+    "benchmarks.pairs.prompt_prefix": (
+        set_key("benchmarks", "pairs", "prompt_prefix", value="a photo of "),
+        from_prepare("pairs"),
+    ),
+    "a model added": (add_model, EXTRA_MODEL | summary()),
+    "a model removed": (remove_model, summary(paired_tests=False)),
+    "a benchmark added": (add_benchmark, new_benchmark_jobs()),
+    "a benchmark removed": (remove_benchmark, summary(("pairs",))),
+}
+
+
+@pytest.fixture(scope="module")
+def matrix_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished run, under umask 022 (the results' modes are checked below)."""
+    previous = os.umask(0o022)
+    try:
+        return finished_run(tmp_path_factory.mktemp("rerun-matrix") / "run")
+    finally:
+        os.umask(previous)
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run, modification times included (to the nanosecond)."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    return copy
+
+
+@pytest.mark.parametrize("edit", list(MATRIX))
+def test_an_edit_schedules_exactly_its_dependent_jobs(
+    edit: str, matrix_run: Path, tmp_path: Path
+) -> None:
+    apply, expected = MATRIX[edit]
+    workdir = copy_of(matrix_run, tmp_path)
+    apply(workdir)
+    assert scheduled_jobs(workdir) == expected
+
+
+def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
+    matrix_run: Path, tmp_path: Path
+) -> None:
+    workdir = copy_of(matrix_run, tmp_path)
+    embeddings = workdir / "results" / "embeddings"
+    before = {path: path.stat().st_mtime_ns for path in embeddings.rglob("*.npy")}
+    caption_in_place(workdir)
+    run_workflow(workdir, workdir / "config.yaml", "--cores", "2")
+    changed = {
+        str(path.relative_to(embeddings))
+        for path, mtime_ns in before.items()
+        if path.stat().st_mtime_ns != mtime_ns
+    }
+    assert changed == {
+        f"{model}/pairs/{name}" for model in MODELS for name in ("text.npy", "text/shard-00000.npy")
+    }
+    assert scheduled_jobs(workdir) == set()
+
+
+def test_results_honour_the_umask_and_the_provenance_names_the_device(matrix_run: Path) -> None:
+    results = matrix_run / "results"
+    for path in ("tables/metrics.csv", "tables/paper/biomedflickr.md", "data/pairs/images.parquet"):
+        assert (results / path).stat().st_mode & 0o777 == 0o644, path
+    provenance = (results / "provenance" / "pairs.csv").read_text(encoding="utf-8").splitlines()
+    header = provenance[0].split(",")
+    for row in provenance[1:]:
+        values = dict(zip(header, row.split(","), strict=False))
+        assert values["device"] == "cpu" and values["host"], row

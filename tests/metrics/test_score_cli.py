@@ -1,0 +1,227 @@
+"""`vlbench score` on files in the documented formats, for every protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from vlbench.cli import main
+
+
+def args_for(tmp_path, *extra: str) -> list[str]:
+    return [
+        "score",
+        "--queries", str(tmp_path / "queries.npy"),
+        "--query-ids", str(tmp_path / "queries.ids.parquet"),
+        "--gallery", str(tmp_path / "gallery.npy"),
+        "--gallery-ids", str(tmp_path / "gallery.ids.parquet"),
+        "--out", str(tmp_path / "metrics.csv"),
+        "--bootstrap-samples", "50",
+        *extra,
+    ]  # fmt: skip
+
+
+def save(tmp_path, name: str, vectors: np.ndarray, ids: list[str], groups=None) -> None:
+    np.save(tmp_path / f"{name}.npy", vectors)
+    table = {"id": ids} if groups is None else {"id": ids, "group": groups}
+    pl.DataFrame(table).write_parquet(tmp_path / f"{name}.ids.parquet")
+
+
+def test_paired_scores_unnormalised_embeddings_with_notebook_names(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    gallery = rng.normal(size=(20, 8)).astype(np.float32)
+    queries = 3.0 * gallery + 0.01 * rng.normal(size=(20, 8)).astype(np.float32)  # not unit
+    ids = [f"x{i}" for i in range(20)]
+    save(tmp_path, "queries", queries, ids)
+    save(tmp_path, "gallery", gallery, ids)
+    pl.DataFrame({"query_id": ids, "item_id": ids}).write_parquet(tmp_path / "qrels.parquet")
+    code = main(
+        args_for(
+            tmp_path,
+            "--protocol",
+            "paired",
+            "--qrels",
+            str(tmp_path / "qrels.parquet"),
+            "--direction",
+            "text_to_image",
+            "--notebook-columns",
+            "--ranks-out",
+            str(tmp_path / "ranks.parquet"),
+        )
+    )
+    assert code == 0
+    rows = pl.read_csv(tmp_path / "metrics.csv")
+    assert rows.columns[:10] == [
+        "benchmark", "subset", "model", "direction", "metric", "k", "value", "ci_low",
+        "ci_high", "n_queries",
+    ]  # fmt: skip
+    r1 = rows.filter((pl.col("metric") == "recall") & (pl.col("k") == 1)).row(0, named=True)
+    assert r1["value"] == 100.0 and r1["notebook_column"] == "I2T R@1"
+    assert r1["chance_flag"] is False
+    assert pl.read_parquet(tmp_path / "ranks.parquet")["rank"].to_list() == [1] * 20
+
+
+def test_taxon_candidates_and_zeroshot(tmp_path) -> None:
+    gallery = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32)
+    save(tmp_path, "gallery", gallery, ["a1", "a2", "b1", "b2"], ["A", "A", "B", "B"])
+    queries = np.array([[1, 0.05], [0.05, 1], [1, 0]], dtype=np.float32)
+    save(tmp_path, "queries", queries, ["q1", "q2", "q3"], ["A", "B", "B"])
+    pl.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "candidate_ids": [["a1", "a2", "b1", "b2"]] * 3,
+            "candidate_groups": [["B", "A"], ["A", "B"], ["B", "A"]],
+        }
+    ).write_parquet(tmp_path / "candidates.parquet")
+    assert (
+        main(
+            args_for(
+                tmp_path,
+                "--protocol",
+                "taxon_candidates",
+                "--k",
+                "1",
+                "--candidates",
+                str(tmp_path / "candidates.parquet"),
+            )
+        )
+        == 0
+    )
+    rows = pl.read_csv(tmp_path / "metrics.csv").filter(pl.col("metric") == "taxon_top_k_accuracy")
+    assert rows["value"].to_list() == pytest.approx([200 / 3])
+    per_class = tmp_path / "per_class.csv"
+    assert (
+        main(args_for(tmp_path, "--protocol", "zeroshot", "--per-class-out", str(per_class))) == 0
+    )
+    metrics = pl.read_csv(tmp_path / "metrics.csv")
+    assert set(metrics["metric"]) == {
+        "zeroshot_top1_accuracy", "zeroshot_top5_accuracy", "balanced_accuracy",
+    }  # fmt: skip
+    classes = pl.read_csv(per_class)
+    assert classes["class"].to_list() == ["A", "B"]
+    assert classes["top1_accuracy"].to_list() == [100.0, 50.0]
+
+
+def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys) -> None:
+    save(tmp_path, "queries", np.ones((2, 3), np.float32), ["q1", "q2"])
+    save(tmp_path, "gallery", np.ones((2, 3), np.float32), ["g1", "g2"])
+    pl.DataFrame({"query": ["q1"]}).write_parquet(tmp_path / "qrels.parquet")
+    code = main(
+        args_for(tmp_path, "--protocol", "paired", "--qrels", str(tmp_path / "qrels.parquet"))
+    )
+    error = capsys.readouterr().err.strip()
+    assert code == 1
+    assert "qrels.parquet" in error and "query_id" in error and "\n" not in error
+
+
+def paired_files(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(6, 4)).astype(np.float32)
+    ids = [f"x{i}" for i in range(6)]
+    save(tmp_path, "queries", vectors, ids)
+    save(tmp_path, "gallery", vectors, ids)
+    pl.DataFrame({"query_id": ids, "item_id": ids}).write_parquet(tmp_path / "qrels.parquet")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--k", "99999999999999999999"),
+        ("--k", "0"),
+        ("--block-mb", "0"),
+        ("--confidence", "2"),
+        ("--confidence", "0"),
+        ("--confidence", "nan"),
+        ("--bootstrap-samples", "-5"),
+        ("--seed", "-1"),
+        ("--out", "DIRECTORY"),
+        ("--ranks-out", "DIRECTORY"),
+    ],
+)
+def test_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, option, value) -> None:
+    paired_files(tmp_path)
+    value = str(tmp_path) if value == "DIRECTORY" else value
+    qrels = str(tmp_path / "qrels.parquet")
+    with pytest.raises(SystemExit) as info:
+        main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, option, value))
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    assert error.strip().splitlines()[-1].startswith(f"vlbench score: error: argument {option}:")
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_out_dash_writes_the_csv_to_stdout(tmp_path, capsys, monkeypatch) -> None:
+    paired_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, "--out", "-")) == 0
+    captured = capsys.readouterr()
+    rows = pl.read_csv(captured.out.encode())
+    assert rows.columns[:3] == ["benchmark", "subset", "model"]
+    assert rows.filter(pl.col("metric") == "recall")["value"].to_list() == [100.0] * 3
+    assert "metric rows to stdout" in captured.err
+    assert not (tmp_path / "-").exists() and not (tmp_path / "metrics.csv").exists()
+
+
+def test_complex_embeddings_are_refused_naming_the_file(tmp_path, capsys) -> None:
+    paired_files(tmp_path)
+    vectors = np.load(tmp_path / "queries.npy").astype(np.complex64) * (1 + 1j)
+    np.save(tmp_path / "queries.npy", vectors)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    error = capsys.readouterr().err.strip()
+    assert "queries.npy" in error and "complex" in error and "\n" not in error
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_workflow_qrels_and_candidates_are_read_for_the_scored_direction(tmp_path, capsys):
+    """qrels.parquet (image_id, text_id) as the workflow writes it: the direction maps the ids."""
+    from vlbench.data.canonical import CANDIDATES_SCHEMA, QRELS_SCHEMA
+
+    images = np.array([[1, 0, 0], [0, 1, 0]], dtype=np.float32)
+    texts = np.array([[1, 0.1, 0], [0.9, 0, 0.2], [0, 1, 0.1], [0.1, 0.9, 0]], dtype=np.float32)
+    image_ids, text_ids = ["i0", "i1"], ["t0", "t1", "t2", "t3"]
+    judged = [("i0", "t0"), ("i0", "t1"), ("i1", "t2"), ("i1", "t3")]
+    qrels = pa.table(
+        {
+            "image_id": [i for i, _ in judged],
+            "text_id": [t for _, t in judged],
+            "relevance": [1] * 4,
+        },
+        schema=QRELS_SCHEMA,
+    )
+    pq.write_table(qrels, tmp_path / "qrels.parquet")
+    candidates = pa.table(
+        {
+            "query_modality": ["image"] * 2 + ["text"] * 4,
+            "query_id": image_ids + text_ids,
+            "candidate_ids": [text_ids] * 2 + [image_ids] * 4,
+            "candidate_groups": [None] * 6,
+        },
+        schema=CANDIDATES_SCHEMA,
+    )
+    pq.write_table(candidates, tmp_path / "candidates.parquet")
+    files = ["--qrels", str(tmp_path / "qrels.parquet")]
+    files += ["--candidates", str(tmp_path / "candidates.parquet")]
+    for direction, (queries, query_ids), (gallery, gallery_ids) in [
+        ("image_to_text", (images, image_ids), (texts, text_ids)),
+        ("text_to_image", (texts, text_ids), (images, image_ids)),
+    ]:
+        save(tmp_path, "queries", queries, query_ids)
+        save(tmp_path, "gallery", gallery, gallery_ids)
+        ranks = tmp_path / f"{direction}.parquet"
+        extra = ["--direction", direction, "--ranks-out", str(ranks)]
+        assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, *extra)) == 0
+        table = pl.read_parquet(ranks)
+        expected = sorted(judged if direction == "image_to_text" else [(t, i) for i, t in judged])
+        assert sorted(table.select("query_id", "item_id").iter_rows()) == expected
+        metrics = pl.read_csv(tmp_path / "metrics.csv")
+        assert set(metrics["direction"]) == {direction}
+    # A label that is no direction cannot say which id is the query.
+    assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, "--direction", "x")) == 1
+    error = capsys.readouterr().err.strip()
+    assert "qrels.parquet" in error and "--direction" in error and "\n" not in error

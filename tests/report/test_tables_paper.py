@@ -1,0 +1,348 @@
+"""Paper tables: ours / published / difference cells, tolerance and chance flags, means, writers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from pathlib import Path
+
+import polars as pl
+import pytest
+from scipy import stats
+from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
+
+from vlbench.errors import VlbenchError
+from vlbench.report.paper_layouts import LAYOUTS
+from vlbench.report.paper_tables import build_paper_table, layouts_for, wilson_low
+from vlbench.report.reference import (
+    ReferenceMap,
+    read_map,
+    read_reference,
+)
+from vlbench.report.table_writers import csv_text, latex, markdown, write_paper_table
+
+I2T, ZEROSHOT = "image_to_text", "zeroshot_top1_accuracy"
+HEADER = "table,benchmark,subset,model,model_spec,direction,metric,k,value,unit,source\n"
+SOURCE = "A small test paper, Table 9"
+
+
+def write_reference(path: Path, rows: list[tuple]) -> Path:
+    """A reference CSV in the shipped format from (table, benchmark, subset, model, dir, metric,
+    k, value) tuples."""
+    lines = [HEADER]
+    for table, benchmark, subset, model, direction, metric, k, value in rows:
+        lines.append(
+            f'{table},{benchmark},{subset},{model},spec,{direction},{metric},{k},{value},percent,"{SOURCE}"\n'
+        )
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def metric_row(
+    model: str,
+    benchmark: str,
+    direction: str,
+    k: int,
+    value: float,
+    ci: float,
+    chance: float,
+    metric: str = "recall",
+) -> dict:
+    """One metric row in the per-job format: contract columns plus the chance level."""
+    n, subset = 1000, "test"
+    return {
+        "benchmark": benchmark,
+        "subset": subset,
+        "model": model,
+        "direction": direction,
+        "metric": metric,
+        "k": k,
+        "value": value,
+        "ci_low": value - ci,
+        "ci_high": value + ci,
+        "n_queries": n,
+        "chance": chance,
+    }
+
+
+def bmf(model: str, direction: str, k: int, value: str) -> tuple:
+    """A published BioMedFlickr Recall@k cell."""
+    return ("biomedflickr", "biomedflickr", "test", model, direction, "recall", k, value)
+
+
+@pytest.fixture
+def biomedflickr_table(tmp_path: Path):
+    """Our 'mine' (mapped to RefModel) and 'random' on a benchmark mapped to BioMedFlickr."""
+    reference = write_reference(
+        tmp_path / "ref.csv",
+        [
+            bmf("RefModel", "text_to_image", 1, "3.0"),
+            bmf("RefModel", "text_to_image", 10, "12.0"),
+            bmf("RefModel", "image_to_text", 1, "4.25"),
+            bmf("AtChance", "text_to_image", 1, "0.1"),
+            bmf("AtChance", "text_to_image", 10, "0.9"),
+        ],
+    )
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text(
+        "models:\n  mine: [Other name, RefModel]\nbenchmarks:\n  bmf: {reference: biomedflickr}\n",
+        encoding="utf-8",
+    )
+    metrics = pl.DataFrame(
+        [
+            metric_row("mine", "bmf", "text_to_image", 1, 3.2, 1.0, 0.1),
+            metric_row("mine", "bmf", "text_to_image", 10, 13.0, 2.0, 1.0),
+            metric_row("mine", "bmf", "image_to_text", 1, 4.0, 1.0, 0.1),
+            metric_row("random", "bmf", "text_to_image", 1, 0.2, 0.3, 0.1),
+            metric_row("random", "bmf", "text_to_image", 10, 0.5, 0.6, 1.0),
+            metric_row("random", "bmf", "image_to_text", 1, 0.0, 0.0, 0.1),
+        ]
+    )
+    return build_paper_table(
+        LAYOUTS["biomedflickr"],
+        metrics,
+        read_reference(reference),
+        read_map(mapping),
+        ["bmf"],
+        tolerance=0.5,
+    )
+
+
+def test_cells_hold_ours_published_and_difference(biomedflickr_table) -> None:
+    rows = {row.label: row for row in biomedflickr_table.rows}
+    assert list(rows) == ["mine (RefModel)", "AtChance (published)", "random"]
+    labels = biomedflickr_table.labels
+    mine = rows["mine (RefModel)"]
+    # The notebook's "I2T" column is text->image.
+    i2t_1 = mine.cells[labels.index("I2T R@1")]
+    assert (i2t_1.ours, i2t_1.published) == (3.2, 3.0)
+    assert i2t_1.difference == pytest.approx(0.2)
+    assert not i2t_1.beyond_tolerance
+    i2t_10 = mine.cells[labels.index("I2T R@10")]
+    assert i2t_10.difference == pytest.approx(1.0)
+    assert i2t_10.beyond_tolerance
+    t2i_1 = mine.cells[labels.index("T2I R@1")]
+    assert (t2i_1.ours, t2i_1.published_text) == (4.0, "4.25")
+    assert t2i_1.difference == pytest.approx(-0.25)
+    assert mine.cells[labels.index("T2I R@10")].ours is None
+
+
+def test_chance_flags_for_ours_and_published(biomedflickr_table) -> None:
+    rows = {row.label: row for row in biomedflickr_table.rows}
+    assert rows["mine (RefModel)"].ours_at_chance is False
+    assert rows["random"].ours_at_chance is True
+    assert rows["AtChance (published)"].published_at_chance is True
+    assert rows["AtChance (published)"].ours_at_chance is None
+    assert rows["mine (RefModel)"].published_at_chance is False
+
+
+def test_markdown_csv_and_latex_show_cells_and_flags(biomedflickr_table) -> None:
+    text = markdown(biomedflickr_table)
+    line = next(line for line in text.splitlines() if line.startswith("| mine (RefModel)"))
+    assert "| 3.20 / 3.0 / +0.20 |" in line
+    assert "| 13.00 / 12.0 / +1.00 ⚠ |" in line
+    assert "| 4.00 / 4.25 / -0.25 |" in line
+    random_line = next(line for line in text.splitlines() if line.startswith("| random"))
+    assert random_line.rstrip(" |").endswith("chance level (ours)")
+    assert "chance level (published)" in next(
+        line for line in text.splitlines() if line.startswith("| AtChance")
+    )
+    assert "text queries against the image gallery" in text
+    assert SOURCE in text
+
+    rows = list(csv.DictReader(io.StringIO(csv_text(biomedflickr_table))))
+    mine = next(row for row in rows if row["model_key"] == "mine")
+    assert float(mine["I2T R@10 ours"]) == 13.0
+    assert mine["I2T R@10 published"] == "12.0"
+    assert float(mine["I2T R@10 difference"]) == pytest.approx(1.0)
+    assert mine["I2T R@10 beyond_tolerance"] == "true"
+    assert mine["I2T R@1 beyond_tolerance"] == "false"
+    assert mine["reference_model"] == "RefModel"
+    assert next(row for row in rows if row["model_key"] == "random")["ours_at_chance"] == "true"
+
+    tex = latex(biomedflickr_table)
+    assert r"13.00 / 12.0 / +1.00$^\dagger$" in tex
+    assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
+
+
+def test_writer_writes_four_formats(biomedflickr_table, tmp_path: Path) -> None:
+    paths = write_paper_table(biomedflickr_table, tmp_path / "out")
+    assert sorted(path.name for path in paths) == [
+        "biomedflickr.csv",
+        "biomedflickr.html",
+        "biomedflickr.md",
+        "biomedflickr.tex",
+    ]
+    assert "13.00 / 12.0 / +1.00 ⚠" in (tmp_path / "out" / "biomedflickr.html").read_text()
+
+
+def test_layout_only_benchmark_shows_no_published_values(tmp_path: Path) -> None:
+    mapping = ReferenceMap(models={"mine": ["BioMedCLIP"]})
+    mapping.benchmarks = read_map_from_text(
+        tmp_path, "benchmarks:\n  synth: {reference: biomedflickr, published: false}\n"
+    ).benchmarks
+    metrics = pl.DataFrame([metric_row("mine", "synth", "text_to_image", 1, 3.4, 0.1, 0.1)])
+    table = build_paper_table(
+        LAYOUTS["biomedflickr"],
+        metrics,
+        read_reference(SHIPPED_REFERENCE),
+        mapping,
+        ["synth"],
+        0.5,
+    )
+    assert [row.label for row in table.rows] == ["mine (BioMedCLIP)"]
+    assert all(cell.published is None for cell in table.rows[0].cells)
+    assert any("published: false" in note for note in table.notes)
+
+
+def read_map_from_text(tmp_path: Path, text: str) -> ReferenceMap:
+    path = tmp_path / "map.yaml"
+    path.write_text(text, encoding="utf-8")
+    return read_map(path)
+
+
+def test_mean_column_is_the_papers_mean_and_inconsistencies_are_noted(tmp_path: Path) -> None:
+    layout = LAYOUTS["biocap-table1"]
+    ours = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 15.0]
+    published = [11.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 15.0]
+    rows = [
+        (
+            "biocap-table1",
+            column.benchmark,
+            "test",
+            "Ref",
+            "image_to_text",
+            "zeroshot_top1_accuracy",
+            1,
+            str(value),
+        )
+        for column, value in zip(layout.columns, published, strict=True)
+    ]
+    rows.append(
+        (
+            "biocap-table1",
+            "mean",
+            "test",
+            "Ref",
+            "image_to_text",
+            "zeroshot_top1_accuracy",
+            1,
+            "49.0",
+        )
+    )
+    reference = read_reference(write_reference(tmp_path / "ref.csv", rows))
+    mapping = ReferenceMap(models={"mine": ["Ref"]})
+    metrics = pl.DataFrame(
+        [
+            metric_row("mine", column.benchmark, I2T, 1, value, 0.5, 1.0, ZEROSHOT)
+            for column, value in zip(layout.columns, ours, strict=True)
+        ]
+    )
+    keys = [column.benchmark for column in layout.columns]
+    table = build_paper_table(layout, metrics, reference, mapping, keys, 0.5)
+    mean = table.rows[0].cells[table.labels.index("Mean")]
+    assert mean.ours == pytest.approx(statistics.fmean(ours))
+    assert mean.published == 49.0
+    assert mean.difference == pytest.approx(statistics.fmean(ours) - 49.0)
+    notes = [note for note in table.notes if "inconsistent" in note]
+    assert len(notes) == 1
+    assert f"{statistics.fmean(published):.2f}" in notes[0]
+
+
+def test_shipped_biocap_table1_notes_the_siglip_mean_only() -> None:
+    layout = LAYOUTS["biocap-table1"]
+    empty = pl.DataFrame(
+        schema={
+            "benchmark": pl.String,
+            "subset": pl.String,
+            "model": pl.String,
+            "direction": pl.String,
+            "metric": pl.String,
+            "k": pl.Int64,
+            "value": pl.Float64,
+        }
+    )
+    keys = [column.benchmark for column in layout.columns]
+    table = build_paper_table(
+        layout, empty, read_reference(SHIPPED_REFERENCE), read_map(SHIPPED_MAP), keys, 0.5
+    )
+    assert len(table.rows) == 6
+    notes = [note for note in table.notes if "inconsistent" in note]
+    assert len(notes) == 1
+    assert "SigLIP" in notes[0] and "32.3" in notes[0] and "31.46" in notes[0]
+
+
+def test_every_shipped_published_cell_has_a_column() -> None:
+    """A typo in a layout would silently drop published cells from its table."""
+    for value in read_reference(SHIPPED_REFERENCE):
+        layout = LAYOUTS[value.table]
+        coordinates = (value.benchmark, value.subset, value.direction, value.metric, value.k)
+        columns = [(c.benchmark, c.subset, c.direction, c.metric, c.k) for c in layout.columns]
+        mean = layout.mean
+        means = (
+            []
+            if mean is None
+            else [(mean.benchmark, mean.subset, mean.direction, mean.metric, mean.k)]
+        )
+        assert coordinates in columns + means, value
+
+
+def test_shipped_map_names_exist_in_the_reference() -> None:
+    names = {value.model for value in read_reference(SHIPPED_REFERENCE)}
+    benchmarks = {column.benchmark for layout in LAYOUTS.values() for column in layout.columns}
+    mapping = read_map(SHIPPED_MAP)
+    for key, model_names in mapping.models.items():
+        assert set(model_names) <= names, key
+    for key, ref in mapping.benchmarks.items():
+        assert ref.reference in benchmarks, key
+
+
+def test_only_tables_of_configured_benchmarks_are_made() -> None:
+    mapping = read_map(SHIPPED_MAP)
+    assert [layout.table for layout in layouts_for(["synthetic-biomedflickr"], mapping)] == [
+        "biomedflickr"
+    ]
+    tables = {layout.table for layout in layouts_for(["flickr30k", "rare-species"], mapping)}
+    assert tables == {
+        "openclip-retrieval",
+        "clip-paper-table13",
+        "biocap-table1",
+        "bioclip2-zeroshot",
+    }
+
+
+@pytest.mark.parametrize(("percent", "n"), [(13.017, 7185), (0.5, 300), (50.0, 40), (0.0, 100)])
+def test_wilson_bound_matches_scipy(percent: float, n: int) -> None:
+    successes = round(percent / 100 * n)
+    expected = stats.binomtest(successes, n).proportion_ci(method="wilson").low
+    assert wilson_low(100 * successes / n, n) == pytest.approx(100 * expected, abs=1e-9)
+
+
+def test_reference_errors_name_file_and_row(tmp_path: Path) -> None:
+    bad = write_reference(
+        tmp_path / "bad.csv",
+        [("biomedflickr", "biomedflickr", "test", "M", "text_to_image", "recall", 1, "n/a")],
+    )
+    with pytest.raises(VlbenchError, match=r"bad\.csv row 2: value 'n/a'"):
+        read_reference(bad)
+    with pytest.raises(VlbenchError, match="reference file not found"):
+        read_reference(tmp_path / "missing.csv")
+    with pytest.raises(VlbenchError, match=r"benchmarks\.x: unknown key colour"):
+        read_map_from_text(tmp_path, "benchmarks:\n  x: {reference: y, colour: red}\n")
+    with pytest.raises(VlbenchError, match=r"models\.m: expected a reference model name"):
+        read_map_from_text(tmp_path, "models:\n  m: 3\n")
+
+
+def test_two_benchmarks_filling_one_column_is_an_error(tmp_path: Path) -> None:
+    mapping = read_map_from_text(
+        tmp_path, "benchmarks:\n  a: {reference: biomedflickr}\n  b: {reference: biomedflickr}\n"
+    )
+    metrics = pl.DataFrame(
+        [
+            metric_row("m", "a", "text_to_image", 1, 1.0, 0.1, 0.1),
+            metric_row("m", "b", "text_to_image", 1, 2.0, 0.1, 0.1),
+        ]
+    )
+    with pytest.raises(VlbenchError, match="'a' and 'b' both fill column 'I2T R@1'"):
+        build_paper_table(LAYOUTS["biomedflickr"], metrics, [], mapping, ["a", "b"], 0.5)
