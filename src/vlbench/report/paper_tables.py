@@ -326,17 +326,3 @@ def build_paper_table(
     )
     table.notes.extend(f"Published values: {source}." for source in sources)
     return table
-
-
-def build_paper_tables(
-    metrics: pl.DataFrame,
-    reference: list[PublishedValue],
-    mapping: ReferenceMap,
-    benchmark_keys: list[str],
-    tolerance: float,
-) -> list[PaperTable]:
-    """Every paper table that a configured benchmark contributes to."""
-    return [
-        build_paper_table(layout, metrics, reference, mapping, benchmark_keys, tolerance)
-        for layout in layouts_for(benchmark_keys, mapping)
-    ]
