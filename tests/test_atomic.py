@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +120,58 @@ def test_reserved_memmap_is_a_valid_npy_of_the_announced_size(tmp_path: Path) ->
         del array
     assert path.stat().st_size == npy_bytes(np.uint8, shape)
     assert np.array_equal(np.load(path), np.arange(105, dtype=np.uint8).reshape(shape))
+
+
+# Every kind of atomic write the workflow's jobs make, each killed (SIGKILL of its process
+# group, as VLBENCH_CRASH_BEFORE does inside a workflow) just before its rename.
+CRASH_SITES = {
+    "text (tables, JSON, HTML)": "from vlbench.atomic import write_text\nwrite_text(target, 'new')",
+    "file (parquet, CSV, faiss index)": (
+        "from vlbench.atomic import atomic_path\n"
+        "with atomic_path(target) as tmp:\n    tmp.write_bytes(b'new')"
+    ),
+    "directory (synthetic source)": (
+        "from vlbench.atomic import atomic_directory\n"
+        "with atomic_directory(target) as tmp:\n    (tmp / 'file').write_text('new')"
+    ),
+    "embedding shard (ids, then matrix)": (
+        "import numpy as np\nfrom vlbench.embedding.shard_files import save_embeddings\n"
+        "save_embeddings(['a'], np.ones((1, 4), np.float32), target, target.with_suffix('.ids'))"
+    ),
+    "gathered matrix (reserved memory map)": (
+        "import numpy as np\n"
+        "from vlbench.embedding.shard_files import save_embeddings, gather_shards\n"
+        "shard = target.parent / 'shard.npy'\n"
+        "save_embeddings(['a'], np.ones((1, 4), np.float32), shard, shard.with_suffix('.ids'))\n"
+        "shard.with_suffix('.json').write_text('{\"rows\": [0, 1]}')\n"
+        "gather_shards([shard], [shard.with_suffix('.ids')], [shard.with_suffix('.json')],\n"
+        "              target, target.with_suffix('.ids'), target.with_suffix('.json'))"
+    ),
+}
+
+
+def write_in_own_group(code: str, target: Path, crash: bool) -> int:
+    """Run one write in a child process of its own group; its exit code (-9: killed)."""
+    env = {key: value for key, value in os.environ.items() if key != atomic.CRASH_ENV}
+    if crash:
+        env[atomic.CRASH_ENV] = str(target.resolve())
+    script = f"from pathlib import Path\ntarget = Path({str(target)!r})\n{code}\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, start_new_session=True, capture_output=True
+    )
+    assert result.returncode in (0, -9), result.stderr.decode()[-2000:]
+    return result.returncode
+
+
+@pytest.mark.parametrize("site", list(CRASH_SITES))
+def test_a_write_killed_before_its_rename_leaves_nothing_that_looks_finished(
+    site: str, tmp_path: Path
+) -> None:
+    code = CRASH_SITES[site]
+    target = tmp_path / ("out" if "directory" in site else "out.npy")
+    assert write_in_own_group(code, target, crash=True) == -9
+    assert not target.exists()
+    partials = list(tmp_path.rglob("*.partial"))
+    assert all(path.name.startswith(".") for path in partials), partials
+    assert write_in_own_group(code, target, crash=False) == 0
+    assert target.exists()
