@@ -219,5 +219,6 @@ def atomic_directory(path: str | Path, expected_bytes: int | None = None) -> Ite
 
 def write_text(path: str | Path, text: str) -> None:
     """Atomically write a text file."""
-    with atomic_path(path, expected_bytes=len(text.encode("utf-8"))) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
+    with atomic_path(path, expected_bytes=len(data)) as tmp:
+        tmp.write_bytes(data)

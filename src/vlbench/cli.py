@@ -221,8 +221,6 @@ def _write(option: str, path: str, write: Callable[[str], None]) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     """Rank, score and write; returns the number of metric rows."""
-    if args.block_mb < 1 or any(k < 1 for k in args.k):
-        raise VlbenchError("--block-mb and every --k must be at least 1")
     for option in ("ranks_out", "outcomes_out", "per_class_out"):
         if getattr(args, option) == STDOUT:
             raise VlbenchError(f"--{option.replace('_', '-')}: only --out can be '-' (stdout)")

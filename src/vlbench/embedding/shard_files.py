@@ -146,8 +146,9 @@ def gather_shards(
     """Concatenate shards in order into one matrix (streamed to disk) and ids; return rows."""
     if not shard_npys or not len(shard_npys) == len(shard_ids) == len(shard_provenance):
         raise VlbenchError(f"{out_npy}: gather needs one npy, ids and provenance file per shard")
-    shapes = [np.load(path, mmap_mode="r", allow_pickle=False).shape for path in shard_npys]
-    dtypes = {np.load(path, mmap_mode="r", allow_pickle=False).dtype for path in shard_npys}
+    shards = [np.load(path, mmap_mode="r", allow_pickle=False) for path in shard_npys]
+    shapes = [shard.shape for shard in shards]
+    dtypes = {shard.dtype for shard in shards}
     widths = {shape[1] for shape in shapes if len(shape) == 2}
     if len(widths) != 1 or len(dtypes) != 1 or any(len(shape) != 2 for shape in shapes):
         raise VlbenchError(

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
-from vlbench.data.sources.spec import missing_source_files, unpinned_sources
+from vlbench.data.sources.spec import (
+    missing_source_files,
+    named_source_paths,
+    unpinned_sources,
+)
 from vlbench.embedding.models import local_paths, looks_like_path, unpinned
 from vlbench.errors import VlbenchError
 from vlbench.paths import random_checkpoint
@@ -47,15 +51,12 @@ def source_files(source: Mapping[str, Any]) -> list[str]:
         return []
     root = os.path.normpath(source["path"])
     paths = [root]
-    for field in ("annotations", "images", "archive"):
-        values = source.get(field)
-        for value in [values] if isinstance(values, str) else list(values or []):
-            path = os.path.normpath(os.path.join(root, value))
-            inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) == (
-                os.path.abspath(root)
-            )
-            if field == "annotations" or not inside:
-                paths.append(path)
+    for field, path in named_source_paths(source):
+        inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(path)]) == (
+            os.path.abspath(root)
+        )
+        if field == "annotations" or not inside:
+            paths.append(path)
     return paths
 
 
@@ -68,11 +69,7 @@ def model_fingerprint(spec: Mapping[str, Any]) -> str:
     """Fingerprint of every user-supplied file a model reads: model_config, local weights,
     local hub-layout folders ("" when it reads none; workflow-made checkpoints are left out,
     Snakemake tracks those as rule outputs)."""
-    paths = [value for _, value, _ in local_paths(spec)]
-    text_model = spec.get("text_model", "")
-    if text_model and Path(text_model).is_dir():  # a plain folder path (pmc_clip)
-        paths.append(text_model)
-    return fingerprint(paths)
+    return fingerprint(value for _, value, _ in local_paths(spec))
 
 
 def check_model_keys(config: Mapping[str, Any]) -> None:

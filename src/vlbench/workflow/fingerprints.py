@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat as stat_module
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def path_entries(path: str | Path) -> list[tuple[str, int, int | str]]:
         stat = os.stat(path)
     except FileNotFoundError:
         return [(MISSING, 0, 0)]
-    if os.path.isdir(path):
+    if stat_module.S_ISDIR(stat.st_mode):
         return _tree_entries(path)
     if stat.st_size <= CONTENT_HASH_BYTES:
         return [(os.path.basename(path), stat.st_size, _content_digest(path))]

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vlbench.data.sources.hub_access import unreachable_reason
+from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
 from vlbench.errors import VlbenchError
 from vlbench.hashing import file_sha256
 
 T = TypeVar("T")
 LOG = logging.getLogger("vlbench")
-PINNED = re.compile(r"^[0-9a-f]{40}$")
+PINNED = COMMIT_PATTERN
 UNPINNED = "UNPINNED"
 # Read at call time: tests (and impatient users) may lower them.
 ATTEMPTS = 5

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import errno
+import re
 import socket
+
+# A pinned hub revision: a full commit sha (branch and tag names move).
+COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 
 # Connection failures that mean the hub was not reached at all (httpx, httpx2 and requests
 # name their connect errors so; the OS errors underneath carry these errnos).

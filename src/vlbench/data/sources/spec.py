@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,17 @@ def unpinned_sources(config: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def named_source_paths(source: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, path) of every annotation file, image folder and archive a local source names,
+    resolved against its folder (absolute values stay as they are)."""
+    named = []
+    for field in ("annotations", "images", "archive"):
+        values = source.get(field)
+        for value in [values] if isinstance(values, str) else list(values or []):
+            named.append((field, os.path.normpath(os.path.join(source["path"], value))))
+    return named
+
+
 def missing_source_files(config: Mapping[str, Any]) -> list[str]:
     """One line per user-supplied annotation file or image folder that does not exist."""
     lines = []
@@ -46,10 +58,7 @@ def missing_source_files(config: Mapping[str, Any]) -> list[str]:
         source = spec["source"]
         if source_kind(source) != "path" or not Path(source["path"]).is_dir():
             continue
-        root = Path(source["path"])
-        for field in ("annotations", "images", "archive"):
-            values = source.get(field)
-            for value in [values] if isinstance(values, str) else list(values or []):
-                if not (root / value).exists():
-                    lines.append(f"benchmarks.{key}.source.{field}: not found: {root / value}")
+        for field, path in named_source_paths(source):
+            if not Path(path).exists():
+                lines.append(f"benchmarks.{key}.source.{field}: not found: {path}")
     return lines

@@ -134,4 +134,6 @@ def local_paths(spec: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
     text_model = spec.get("text_model", "")
     if text_model.startswith(hub.LOCAL_DIR_PREFIX):
         paths.append(("text_model", text_model.removeprefix(hub.LOCAL_DIR_PREFIX), True))
+    elif text_model and Path(text_model).is_dir():  # a plain folder path, read as local too
+        paths.append(("text_model", text_model, True))
     return paths

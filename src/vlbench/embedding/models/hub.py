@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from vlbench.data.sources.hub_access import unreachable_reason
+from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
 from vlbench.errors import VlbenchError
 
 HF_HUB_PREFIX = "hf-hub:"
 LOCAL_DIR_PREFIX = "local-dir:"
-COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 REPO_TYPES = ("model", "dataset")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
 MODEL_OFFLINE_HINT = (
