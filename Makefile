@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlbench-installed
 CORES ?= 2
+# pytest-xdist workers of `make test` (tests/conftest.py hands out whole modules).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test check lint report clean venv
 
@@ -23,7 +25,7 @@ demo: $(STAMP)
 	@echo "Report: results/report.html"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The edit-test loop: lint and the unit tests, without whole-workflow runs or the SLURM cluster.
 check: lint

@@ -29,6 +29,7 @@ with rule_log(snakemake.log[0]) as log:
         {**snakemake.config["embedding"], **snakemake.params.embedding},
         pixel_cache_dir=snakemake.params.pixel_cache_dir,
         rows_digest=snakemake.params.content,
+        threads=snakemake.threads,  # after --set-threads and the --cores cap
     )
     record = embed_shard(
         model,

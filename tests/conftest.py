@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 from pathlib import Path
 
 import pytest
-from workflow_helpers import run_in_own_session, small_demo, write_config
+from workflow_helpers import run_in_own_session, write_shared_demo
+
+# Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
+# so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
+# one worker (one cluster per machine). Whole-workflow modules go first: the long units start
+# early instead of forming the tail.
+SHARED_SCOPES = ("tests/cluster/",)
+FIRST = ("tests/cluster/", "tests/end_to_end/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the whole-workflow tests first (a stable sort: the same order on every worker)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Hand out work a module at a time, all of tests/cluster/ as one unit, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            for shared in SHARED_SCOPES:
+                if nodeid.startswith(shared):
+                    return shared
+            return super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
@@ -16,11 +45,30 @@ def workdir(tmp_path: Path) -> Path:
     return path
 
 
+def session_root(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A folder every pytest-xdist worker of this session sees (the base temp when serial)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 @pytest.fixture(scope="session")
-def small_demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One uninterrupted run of the small demo, shared by the fault and determinism tests."""
-    workdir = tmp_path_factory.mktemp("small-demo")
-    write_config(workdir, small_demo())
-    result = run_in_own_session(workdir)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def demo_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """One uninterrupted run of the shared demo and its HTML report, made once per session.
+
+    Under pytest-xdist the first worker to ask makes it while the others wait on a file lock,
+    so it is made once, not once per worker. Tests only read it; a test that changes files
+    works on a copy (`copy_of_run`).
+    """
+    root = session_root(tmp_path_factory, worker_id)
+    workdir, finished = root / "demo-run", root / "demo-run.finished"
+    with open(root / "demo-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not finished.exists():
+            shutil.rmtree(workdir, ignore_errors=True)  # a failed attempt's leftovers
+            workdir.mkdir()
+            write_shared_demo(workdir)
+            for extra in ((), ("--report", "results/report.html")):
+                result = run_in_own_session(workdir, *extra)
+                assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            finished.touch()
     return workdir

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from workflow_helpers import REPO, synthetic_benchmark, tiny_model, validate
+from workflow_helpers import REPO, SCHEMA, synthetic_benchmark, tiny_model, validate
 
+from vlbench.cli import build_parser
+from vlbench.config import SCHEMA_PATH, schema_defaults
+from vlbench.embedding.shards import EmbedSettings
 from vlbench.errors import VlbenchError
+from vlbench.metrics.rows import StatsSettings
 from vlbench.yaml_files import check_no_duplicate_keys, read_yaml_mapping
 
 
@@ -146,3 +151,26 @@ def test_duplicate_keys_in_a_configfile_snakemake_loads_itself(tmp_path: Path) -
 def read_and_validate(path: Path) -> dict:
     """A config file read and validated as the workflow does."""
     return validate(read_yaml_mapping(path, "config file"), str(path))
+
+
+def test_every_default_is_read_from_the_one_schema() -> None:
+    """Settings and the command line take their defaults from the schema the workflow validates."""
+    assert SCHEMA.resolve() == SCHEMA_PATH.resolve()
+    filled = validate(minimal())
+    embed = asdict(EmbedSettings.from_config("b"))
+    assert schema_defaults("embedding") == filled["embedding"]
+    assert {key: embed[key] for key in filled["embedding"] if key != "shard_size"} == {
+        key: value for key, value in filled["embedding"].items() if key != "shard_size"
+    }
+    stats = StatsSettings.from_config()
+    assert asdict(stats) == {key: filled["metrics"][key] for key in asdict(stats)}
+    score = build_parser().parse_args(
+        [
+            *("score", "--protocol", "paired", "--queries", "q", "--query-ids", "qi"),
+            *("--gallery", "g", "--gallery-ids", "gi", "--out", "-"),
+        ]
+    )
+    assert (score.tie_policy, score.block_mb) == tuple(filled["ranking"].values())
+    assert (score.confidence, score.bootstrap_samples, score.seed) == tuple(
+        filled["metrics"][key] for key in ("confidence", "bootstrap_samples", "seed")
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from vlbench.config import schema_defaults
 from vlbench.errors import VlbenchError
 from vlbench.metrics.job import score_ranks, write_csv
 from vlbench.metrics.rows import StatsSettings, per_class_table
@@ -183,17 +184,23 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--qrels", help="parquet: query_id, item_id[, relevance]")
     score.add_argument("--candidates", help="parquet: query_id, candidate_ids[, candidate_groups]")
     score.add_argument("--k", type=positive_int, nargs="+", default=[1, 5, 10], help="cut-offs")
-    score.add_argument("--tie-policy", default="index", choices=TIE_POLICIES)
+    # Defaults of the options that are also config keys come from the config schema.
+    ranking, metrics = schema_defaults("ranking"), schema_defaults("metrics")
+    score.add_argument("--tie-policy", default=ranking["tie_policy"], choices=TIE_POLICIES)
     score.add_argument(
-        "--block-mb", type=positive_int, default=1024, help="score block bound (MiB)"
+        "--block-mb", type=positive_int, default=ranking["block_mb"], help="score block (MiB)"
     )
     score.add_argument("--direction", default=None, help="label (default: the protocol's)")
     score.add_argument("--benchmark", default="custom", help="label for the benchmark column")
     score.add_argument("--subset", default="test", help="label for the subset column")
     score.add_argument("--model", default="model", help="label for the model column")
-    score.add_argument("--confidence", type=probability, default=0.95, help="in (0, 1)")
-    score.add_argument("--bootstrap-samples", type=non_negative_int, default=1000)
-    score.add_argument("--seed", type=non_negative_int, default=0)
+    score.add_argument(
+        "--confidence", type=probability, default=metrics["confidence"], help="in (0, 1)"
+    )
+    score.add_argument(
+        "--bootstrap-samples", type=non_negative_int, default=metrics["bootstrap_samples"]
+    )
+    score.add_argument("--seed", type=non_negative_int, default=metrics["seed"])
     score.add_argument("--notebook-columns", action="store_true", help="add BioMedFlickr names")
     score.add_argument(
         "--out", required=True, type=output_file, help="metric CSV to write ('-': stdout)"
@@ -242,8 +249,12 @@ def run_score(args: argparse.Namespace) -> int:
         "model": args.model,
         "direction": direction,
     }
-    settings = StatsSettings(
-        confidence=args.confidence, bootstrap_samples=args.bootstrap_samples, seed=args.seed
+    settings = StatsSettings.from_config(
+        {
+            "confidence": args.confidence,
+            "bootstrap_samples": args.bootstrap_samples,
+            "seed": args.seed,
+        }
     )
     rows, outcomes = score_ranks(
         ranks, args.protocol, args.k, labels, args.tie_policy, settings, args.notebook_columns

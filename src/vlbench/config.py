@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from vlbench.errors import VlbenchError
 # so changing one reruns nothing; the jobs read them from the config at run time.
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
-    "embedding": ("num_workers", "pixel_cache"),
+    "embedding": ("threads", "num_workers", "pixel_cache"),
     "ranking": ("block_mb",),
 }
 
@@ -32,10 +33,25 @@ def pick(mapping: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {key: mapping[key] for key in keys if key in mapping}
 
 
-def load_schema(path: str | Path) -> dict[str, Any]:
+# The config schema ships inside the package; workflow/schemas/config.schema.yaml links to it.
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """Read the YAML JSON-schema file."""
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
+
+
+@functools.cache
+def _section_defaults(section: str) -> dict[str, Any]:
+    properties = load_schema()["properties"][section]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
+def schema_defaults(section: str) -> dict[str, Any]:
+    """The schema's default of every key of a top-level config section (written only there)."""
+    return copy.deepcopy(_section_defaults(section))
 
 
 def _fill_defaults(validator_class: type) -> type:
@@ -116,7 +132,7 @@ def explain(error: jsonschema.ValidationError, source: str) -> str:
 
 
 def validate_config(
-    config: Mapping[str, Any], source: str, schema_path: str | Path
+    config: Mapping[str, Any], source: str, schema_path: str | Path = SCHEMA_PATH
 ) -> dict[str, Any]:
     """Return a validated copy of `config` with every schema default filled in.
 

@@ -1,6 +1,6 @@
 """The vlbench workflow through profiles/slurm-ci on a real single-node SLURM cluster.
 
-One run of the tiny-model demo shape (synthetic benchmark, seeded random weights, two embedding
+One run of the shared demo config (synthetic benchmark, seeded random weights, two embedding
 shards per modality so four GPU jobs compete for the cluster's two fake GPUs) checks that
 
 * every job outside the workflow's `localrules` was submitted with sbatch, finished COMPLETED in
@@ -8,7 +8,7 @@ shards per modality so four GPU jobs compete for the cluster's two fake GPUs) ch
   rules ran on the submitting host;
 * GPU jobs whose SLURM allocations overlapped in time saw different CUDA_VISIBLE_DEVICES
   (recorded inside the job, in the shard provenance JSON and the rule log);
-* results/tables/metrics.csv equals that of a local `--cores 2` run of the same config.
+* results/tables/metrics.csv equals that of the shared local run of the same config.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from slurm_cluster import REPO_ROOT, SlurmCluster, report_job_ids
-from workflow_helpers import SNAKEFILE, synthetic_benchmark, tiny_model, write_config
+from workflow_helpers import SNAKEFILE, write_shared_demo
 
 pytestmark = pytest.mark.slurm
 
 PROFILE = REPO_ROOT / "profiles" / "slurm-ci"
 COMMON_SMK = REPO_ROOT / "workflow" / "rules" / "common.smk"
-PAIRS, SHARD_SIZE = 40, 20  # two shards per modality: four GPU jobs for two GPUs
 
 JOB_HEADER = re.compile(r"^(local)?(rule|checkpoint) (\w+):$")
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (.+?)\)\.$")
@@ -122,24 +121,18 @@ def allocation_window(record: dict[str, str]) -> tuple[datetime, datetime]:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same config run through SLURM and locally, side by side; returns both directories."""
-    config = {
-        "models": {"tiny": tiny_model()},
-        "benchmarks": {"demo": synthetic_benchmark(PAIRS, k=[1, 5, 10])},
-        "embedding": {"shard_size": SHARD_SIZE},
-    }
-    dirs = {name: tmp_path_factory.mktemp(f"{name}-run") for name in ("slurm", "local")}
-    for workdir in dirs.values():
-        workdir.chmod(0o755)  # SLURM job steps run as root too, but keep the tree traversable
-        write_config(workdir, config)
+def runs(
+    slurm_cluster: SlurmCluster, demo_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """The shared demo's config run through SLURM, next to the shared local run."""
+    workdir = tmp_path_factory.mktemp("slurm-run")
+    workdir.chmod(0o755)  # SLURM job steps run as root too, but keep the tree traversable
+    write_shared_demo(workdir)
     # --workflow-profile replaces profiles/default, whose `resources: gpu: 1` would let only one
     # GPU job run at a time on the cluster.
-    on_slurm = snakemake(dirs["slurm"], "--workflow-profile", str(PROFILE), env=slurm_cluster.env)
-    local = snakemake(dirs["local"], "--cores", "2")
-    finish(local, dirs["local"], "local run")
-    finish(on_slurm, dirs["slurm"], "SLURM run")
-    return dirs
+    on_slurm = snakemake(workdir, "--workflow-profile", str(PROFILE), env=slurm_cluster.env)
+    finish(on_slurm, workdir, "SLURM run")
+    return {"slurm": workdir, "local": demo_run}
 
 
 def test_workflow_on_slurm_matches_a_local_run(

@@ -150,7 +150,7 @@ def test_shard_provenance_says_whether_padding_was_trimmed(tmp_path: Path) -> No
     records = {}
     matrices = {}
     for trim in (True, False):
-        settings = EmbedSettings(benchmark="b", batch_size=4, trim_text_padding=trim)
+        settings = EmbedSettings.from_config("b", batch_size=4, trim_text_padding=trim)
         out = tmp_path / f"trim-{trim}"
         records[trim] = embed_shard(
             model, {"name": "tiny"}, "text", texts, 0, 9, settings,

@@ -40,8 +40,8 @@ def images_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[by
 
 
 def settings(cache_dir: Path, **changes) -> EmbedSettings:
-    values = {"benchmark": "bench", "batch_size": 4, "pixel_cache_dir": str(cache_dir)}
-    return EmbedSettings(**{**values, **changes})
+    values = {"batch_size": 4, "pixel_cache_dir": str(cache_dir)}
+    return EmbedSettings.from_config("bench", **{**values, **changes})
 
 
 @pytest.mark.parametrize(

@@ -65,8 +65,8 @@ def benchmark_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 
 def run(model, directory: Path, out: Path, modality: str, **changes) -> Path:
-    settings = EmbedSettings(
-        benchmark="bench", batch_size=4, pixel_cache_dir=str(out / "pixels"), **changes
+    settings = EmbedSettings.from_config(
+        "bench", batch_size=4, pixel_cache_dir=str(out / "pixels"), **changes
     )
     source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
     return embed_modality_sharded(
@@ -222,3 +222,9 @@ def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
     assert str(caught.value) == f"no space left on device for {out} (needs about 4.1 MB)"
     assert not out.exists()
     assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
+    assert EmbedSettings.from_config("b", threads=3).decode_workers == 3
+    assert EmbedSettings.from_config("b", {"num_workers": 0}, threads=3).decode_workers == 0
+    assert EmbedSettings.from_config("b", {"num_workers": 5, "threads": 1}).decode_workers == 5

@@ -1,4 +1,4 @@
-"""The demo's report: paper table, plots and provenance inside `snakemake --report` HTML."""
+"""The shared demo run's report: paper table, plots and provenance in `snakemake --report` HTML."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pytest
-from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, write_config
 
 from vlbench.embedding.shard_files import gather_shards, save_embeddings
 from vlbench.metrics.rows import METRIC_COLUMNS
@@ -24,25 +22,10 @@ from vlbench.report.provenance import (
     write_provenance,
 )
 
-BENCHMARK = "synthetic-biomedflickr"
+BENCHMARK = "demo"
 EMBEDDED = re.compile(
     r'data:(?P<mime>[^;"]+)(?:;[^;,"]*)*?;filename=(?P<name>[^;,"]+);base64,(?P<data>[A-Za-z0-9+/=]+)'
 )
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished demo-like run (tiny random model, synthetic BioMedFlickr layout), its report."""
-    workdir = tmp_path_factory.mktemp("demo")
-    config = {
-        "models": {"tiny-random": tiny_model()},
-        "benchmarks": {BENCHMARK: synthetic_benchmark(pairs=24, k=[1, 5, 10])},
-        "tables": {"qualitative_queries": 2},
-    }
-    configfile = write_config(workdir, config)
-    run_workflow(workdir, configfile, "--cores", "2")
-    run_workflow(workdir, configfile, "--report", "results/report.html")
-    return workdir
 
 
 def embedded_files(report: Path) -> dict[str, list[bytes]]:
@@ -59,12 +42,12 @@ def hit_rate(ranks: Path, k: int) -> float:
     return 100.0 * float((best <= k).mean())
 
 
-def test_report_holds_the_paper_table_with_our_cells_and_the_chance_flag(demo: Path) -> None:
-    files = embedded_files(demo / "results" / "report.html")
+def test_report_holds_the_paper_table_with_our_cells_and_the_chance_flag(demo_run: Path) -> None:
+    files = embedded_files(demo_run / "results" / "report.html")
     table = files["biomedflickr.html"][0].decode("utf-8")
-    assert "tiny-random" in table
+    assert "tiny" in table
     assert "chance level (ours)" in table
-    ranks = demo / "results" / "ranks" / "tiny-random" / BENCHMARK
+    ranks = demo_run / "results" / "ranks" / "tiny" / BENCHMARK
     # The notebook's I2T is text->image; T2I is image->text. Published cells stay empty.
     for label, direction in (("I2T", "text_to_image"), ("T2I", "image_to_text")):
         for k in (1, 10):
@@ -73,17 +56,17 @@ def test_report_holds_the_paper_table_with_our_cells_and_the_chance_flag(demo: P
     assert "published: false" in table
 
 
-def test_report_holds_plots_and_examples(demo: Path) -> None:
-    files = embedded_files(demo / "results" / "report.html")
+def test_report_holds_plots_and_examples(demo_run: Path) -> None:
+    files = embedded_files(demo_run / "results" / "report.html")
     for name in ("recall_at_k.png", "model_bars.png", "image_to_text.png", "text_to_image.png"):
         assert files[name][0].startswith(b"\x89PNG\r\n\x1a\n"), name
 
 
-def test_report_holds_provenance(demo: Path) -> None:
-    files = embedded_files(demo / "results" / "report.html")
+def test_report_holds_provenance(demo_run: Path) -> None:
+    files = embedded_files(demo_run / "results" / "report.html")
     pages = [page.decode("utf-8") for page in files[f"{BENCHMARK}.html"]]
     provenance = next(page for page in pages if "Provenance" in page)
-    weights = hashlib.sha256((demo / "results/checkpoints/tiny-random.pt").read_bytes()).hexdigest()
+    weights = hashlib.sha256((demo_run / "results/checkpoints/tiny.pt").read_bytes()).hexdigest()
     assert weights in provenance
     for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "rank"):
         assert expected in provenance, expected
@@ -92,8 +75,8 @@ def test_report_holds_provenance(demo: Path) -> None:
     assert "chance" in metrics
 
 
-def test_tables_keep_the_contract_and_all_formats(demo: Path) -> None:
-    tables = demo / "results" / "tables"
+def test_tables_keep_the_contract_and_all_formats(demo_run: Path) -> None:
+    tables = demo_run / "results" / "tables"
     with open(tables / "metrics.csv", encoding="utf-8") as handle:
         assert next(csv.reader(handle)) == METRIC_COLUMNS
     with open(tables / "metrics_full.csv", encoding="utf-8") as handle:

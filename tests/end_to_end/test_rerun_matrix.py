@@ -28,7 +28,7 @@ from rerun_matrix_support import (
     finished_run,
     scheduled_jobs,
 )
-from workflow_helpers import run_workflow
+from workflow_helpers import copy_of_run, run_workflow
 
 from vlbench.embedding.models import write_random_checkpoint
 
@@ -259,6 +259,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "reference map edited": (reference_map_edited, {job("paper_table", table="biomedflickr")}),
     "embedding.num_workers": (set_key("embedding", "num_workers", value=1), set()),
+    "embedding.threads": (set_key("embedding", "threads", value=1), set()),
     "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
     "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
     "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
@@ -322,19 +323,12 @@ def matrix_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         os.umask(previous)
 
 
-def copy_of(run: Path, tmp_path: Path) -> Path:
-    """A copy of a finished run, modification times included (to the nanosecond)."""
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
-    return copy
-
-
 @pytest.mark.parametrize("edit", list(MATRIX))
 def test_an_edit_schedules_exactly_its_dependent_jobs(
     edit: str, matrix_run: Path, tmp_path: Path
 ) -> None:
     apply, expected = MATRIX[edit]
-    workdir = copy_of(matrix_run, tmp_path)
+    workdir = copy_of_run(matrix_run, tmp_path)
     apply(workdir)
     assert scheduled_jobs(workdir) == expected
 
@@ -342,7 +336,7 @@ def test_an_edit_schedules_exactly_its_dependent_jobs(
 def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
     matrix_run: Path, tmp_path: Path
 ) -> None:
-    workdir = copy_of(matrix_run, tmp_path)
+    workdir = copy_of_run(matrix_run, tmp_path)
     embeddings = workdir / "results" / "embeddings"
     before = {path: path.stat().st_mtime_ns for path in embeddings.rglob("*.npy")}
     caption_in_place(workdir)

@@ -1,4 +1,4 @@
-"""The whole DAG on a tiny config: exact numbers, nothing redone, only new work scheduled."""
+"""The whole DAG on the shared demo run: exact numbers, nothing redone, only new work scheduled."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy import stats
-from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, write_config
+from workflow_helpers import (
+    run_workflow,
+    shared_demo,
+    synthetic_benchmark,
+    tiny_model,
+    write_config,
+)
 
 CONTRACT = [
     "benchmark",
@@ -43,19 +49,8 @@ def notebook_interval(hits: np.ndarray) -> tuple[float, float]:
     return hits.mean() - half, hits.mean() + half
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("e2e")
-    config = {
-        "models": {"tiny": tiny_model()},
-        "benchmarks": {"demo": synthetic_benchmark(40, k=KS)},
-    }
-    run_workflow(workdir, write_config(workdir, config))
-    return workdir
-
-
-def test_metrics_table_has_the_contract(finished_run: Path) -> None:
-    table = pl.read_csv(finished_run / "results" / "tables" / "metrics.csv")
+def test_metrics_table_has_the_contract(demo_run: Path) -> None:
+    table = pl.read_csv(demo_run / "results" / "tables" / "metrics.csv")
     assert table.columns == CONTRACT
     recall = table.filter(pl.col("metric") == "recall")
     assert recall.height == 2 * len(KS)
@@ -63,18 +58,18 @@ def test_metrics_table_has_the_contract(finished_run: Path) -> None:
     assert {"recall", "mrr", "mean_rank", "median_rank"} <= set(table["metric"])
     assert table["n_queries"].to_list() == [40] * table.height
     assert set(table["subset"]) == {"test"}
-    markdown = (finished_run / "results" / "tables" / "demo.md").read_text()
+    markdown = (demo_run / "results" / "tables" / "demo.md").read_text()
     assert "chance" in markdown and "tiny" in markdown
 
 
-def test_values_equal_an_independent_computation(finished_run: Path) -> None:
-    embeddings = finished_run / "results" / "embeddings" / "tiny" / "demo"
+def test_values_equal_an_independent_computation(demo_run: Path) -> None:
+    embeddings = demo_run / "results" / "embeddings" / "tiny" / "demo"
     images = np.load(embeddings / "image.npy", allow_pickle=False)
     texts = np.load(embeddings / "text.npy", allow_pickle=False)
     assert images.dtype == np.float32 and images.shape == (40, 64)
     np.testing.assert_allclose(np.linalg.norm(images, axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, rtol=1e-5)
-    table = pl.read_csv(finished_run / "results" / "tables" / "metrics.csv")
+    table = pl.read_csv(demo_run / "results" / "tables" / "metrics.csv")
     table = table.filter(pl.col("metric") == "recall")
     for direction, queries, gallery in (
         ("image_to_text", images, texts),
@@ -94,8 +89,8 @@ def test_values_equal_an_independent_computation(finished_run: Path) -> None:
                 assert row["ci_low"] == row["ci_high"] == pytest.approx(row["value"])
 
 
-def test_second_run_has_nothing_to_do(finished_run: Path) -> None:
-    result = run_workflow(finished_run, finished_run / "config.yaml", "--dry-run")
+def test_second_run_has_nothing_to_do(demo_run: Path) -> None:
+    result = run_workflow(demo_run, demo_run / "config.yaml", "--dry-run")
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
@@ -114,12 +109,10 @@ def jobs_in_dry_run(output: str) -> list[tuple[str, dict[str, str]]]:
     return jobs
 
 
-def test_adding_a_model_schedules_only_that_models_jobs(finished_run: Path, tmp_path: Path) -> None:
-    config = {
-        "models": {"tiny": tiny_model(), "tiny2": tiny_model(seed=1)},
-        "benchmarks": {"demo": synthetic_benchmark(40, k=KS)},
-    }
-    result = run_workflow(finished_run, write_config(tmp_path, config), "--dry-run")
+def test_adding_a_model_schedules_only_that_models_jobs(demo_run: Path, tmp_path: Path) -> None:
+    config = shared_demo()
+    config["models"]["tiny2"] = tiny_model(seed=1)
+    result = run_workflow(demo_run, write_config(tmp_path, config), "--dry-run")
     jobs = jobs_in_dry_run(result.stdout)
     rules = {rule for rule, _ in jobs}
     assert any(rule.startswith("embed") for rule in rules)
@@ -130,9 +123,9 @@ def test_adding_a_model_schedules_only_that_models_jobs(finished_run: Path, tmp_
     assert "tables" in shared
 
 
-def test_configfile_replaces_the_default_experiment(finished_run: Path) -> None:
+def test_configfile_replaces_the_default_experiment(demo_run: Path) -> None:
     """The default config's model and benchmark never leak into a user's config."""
-    result = run_workflow(finished_run, finished_run / "config.yaml", "--dry-run", "--forceall")
+    result = run_workflow(demo_run, demo_run / "config.yaml", "--dry-run", "--forceall")
     assert "tiny-random" not in result.stdout
     assert "synthetic-biomedflickr" not in result.stdout
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,14 +77,30 @@ def run_workflow(
     return result
 
 
-def small_demo() -> dict[str, Any]:
-    """The demo's shape at test size: tiny random model, 30 synthetic pairs, two shards."""
+# A paper-table map for the shared run: its benchmark stands for BioMedFlickr, without the
+# published numbers (the data is synthetic).
+DEMO_MAP = "models: {}\nbenchmarks:\n  demo: {reference: biomedflickr, published: false}\n"
+
+
+def shared_demo() -> dict[str, Any]:
+    """The demo's shape at test size, shared by every test that reads a finished run.
+
+    Tiny random model, 40 synthetic pairs in two shards per modality (per-shard resume, four
+    GPU jobs on the SLURM cluster), two qualitative queries, a paper table through DEMO_MAP.
+    The keys differ from the default config's, so a leak of config/config.yaml would show.
+    """
     return {
         "models": {"tiny": tiny_model()},
-        "benchmarks": {"demo": synthetic_benchmark(30, k=[1, 5, 10])},
-        "embedding": {"shard_size": 16},
-        "tables": {"qualitative_queries": 0},
+        "benchmarks": {"demo": synthetic_benchmark(40, k=[1, 5, 10])},
+        "embedding": {"shard_size": 20},
+        "tables": {"qualitative_queries": 2, "map": "paper-map.yaml"},
     }
+
+
+def write_shared_demo(directory: Path) -> Path:
+    """Write the shared demo's config (and its paper-table map) into `directory`."""
+    (directory / "paper-map.yaml").write_text(DEMO_MAP, encoding="utf-8")
+    return write_config(directory, shared_demo())
 
 
 def run_in_own_session(
@@ -100,3 +117,10 @@ def run_in_own_session(
         env={**os.environ, **(env or {})},
         start_new_session=True,
     )
+
+
+def copy_of_run(run: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run, modification times included (to the nanosecond)."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    return copy

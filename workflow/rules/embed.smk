@@ -52,11 +52,13 @@ rule embed_shard:
         model=model_spec,
         model_files=model_files_fingerprint,
         content=shard_content_digest,
-        # Speed knobs (num_workers, pixel_cache) are read from the config by the job: a
-        # change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
+        # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the
+        # job: a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
         embedding=result_keys(config, "embedding"),
         pixel_cache_dir=PIXEL_CACHE_DIR,
-    threads: 2
+    # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give each
+    # GPU job the node's cores per GPU: embedding.threads, or --set-threads embed_shard=N.
+    threads: config["embedding"]["threads"]
     resources:
         gpu=1,
     conda:

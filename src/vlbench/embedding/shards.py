@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from vlbench.atomic import write_text
+from vlbench.config import schema_defaults
 from vlbench.data.canonical import ID_COLUMNS
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import (
@@ -38,26 +39,36 @@ from vlbench.paths import PIXEL_CACHE_DIR
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    """How a shard is embedded: the config's `embedding` section plus the benchmark's name."""
+    """How a shard is embedded: the config's `embedding` section plus the benchmark's name.
+
+    The defaults live in the config schema only; build settings with `from_config`.
+    """
 
     benchmark: str
-    batch_size: int = 64
-    num_workers: int = 0
-    storage_dtype: str = "float32"
-    pixel_cache: bool = True
-    draft_decode: bool = False
-    trim_text_padding: bool = True
+    batch_size: int
+    threads: int
+    num_workers: int | None
+    storage_dtype: str
+    pixel_cache: bool
+    draft_decode: bool
+    trim_text_padding: bool
     pixel_cache_dir: str = PIXEL_CACHE_DIR
     # Content digest of the shard's rows (from the shard plan): part of the pixel cache's key.
     rows_digest: str = ""
 
+    @property
+    def decode_workers(self) -> int:
+        """DataLoader worker processes: `num_workers`, or one per thread of the job when null."""
+        return self.threads if self.num_workers is None else self.num_workers
+
     @classmethod
     def from_config(
-        cls, benchmark: str, embedding: Mapping[str, Any], **extra: Any
+        cls, benchmark: str, embedding: Mapping[str, Any] | None = None, **extra: Any
     ) -> EmbedSettings:
-        """Settings from a validated `embedding` config section."""
-        known = {key: embedding[key] for key in cls.__dataclass_fields__ if key in embedding}
-        return cls(benchmark=benchmark, **{**known, **extra})
+        """Settings from an `embedding` config section (missing keys: the schema's defaults)."""
+        section = {**schema_defaults("embedding"), **(embedding or {}), **extra}
+        known = {key: value for key, value in section.items() if key in cls.__dataclass_fields__}
+        return cls(benchmark=benchmark, **known)
 
 
 def peak_rss_mb() -> float:
@@ -119,7 +130,7 @@ def image_input_batches(
     success = False
     try:
         for item in rebatch(
-            stream_image_chunks(dataset, settings.num_workers, pin), settings.batch_size
+            stream_image_chunks(dataset, settings.decode_workers, pin), settings.batch_size
         ):
             if "inputs" in item:
                 yield len(item["inputs"]), item["inputs"]

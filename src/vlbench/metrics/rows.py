@@ -4,13 +4,15 @@ the zero-shot per-class table; paired tests between models."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from vlbench.config import schema_defaults
 from vlbench.metrics.outcomes import QueryRanks
 from vlbench.metrics.specs import protocol_metrics
 from vlbench.metrics.statistics import (
@@ -62,16 +64,21 @@ PAIRED_COLUMNS = [
 
 @dataclass(frozen=True)
 class StatsSettings:
-    """How intervals and tests are computed (config section `metrics`)."""
+    """How intervals and tests are computed (config section `metrics`).
 
-    confidence: float = 0.95
-    bootstrap_samples: int = 1000
-    permutation_samples: int = 10000
-    seed: int = 0
+    The defaults live in the config schema only; build settings with `from_config`.
+    """
+
+    confidence: float
+    bootstrap_samples: int
+    permutation_samples: int
+    seed: int
 
     @classmethod
-    def from_config(cls, section: dict | None) -> StatsSettings:
-        return cls(**(section or {}))
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> StatsSettings:
+        """Settings from a `metrics` config section (missing keys: the schema's defaults)."""
+        merged = {**schema_defaults("metrics"), **(section or {})}
+        return cls(**{key: merged[key] for key in cls.__dataclass_fields__})
 
 
 def outcomes_table(ranks: pl.DataFrame, protocol: str, ks: Sequence[int]) -> pl.DataFrame:
@@ -142,7 +149,7 @@ def metric_rows(
 ) -> pl.DataFrame:
     """One row per metric and cut-off; grouped protocols add one row set per query group,
     with the group name in `subset`."""
-    settings = settings or StatsSettings()
+    settings = settings or StatsSettings.from_config()
     parts = [(subset, outcomes)]
     if protocol_record(protocol).grouped:
         groups = outcomes["query_group"].drop_nulls().unique().sort().to_list()

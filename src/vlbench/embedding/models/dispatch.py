@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vlbench.embedding.models import hub
-from vlbench.embedding.models.hub import looks_like_path
+from vlbench.embedding.models.hub import PMC_CLIP_TEXT_MODEL, looks_like_path
+from vlbench.embedding.models.open_clip_tags import tag_hub_repo
 from vlbench.errors import VlbenchError
 
 if TYPE_CHECKING:
@@ -32,13 +32,9 @@ def _open_clip_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if hub.split_schema(name)[0] is not None or not pretrained:
         return _hub_name_pins(spec)
     if looks_like_path(pretrained):
-        return []  # a local checkpoint: decided without importing open_clip (and torch)
-    from open_clip.pretrained import get_pretrained_cfg
-
-    cfg = get_pretrained_cfg(name, pretrained)
-    if "mlfoundations" in cfg.get("url", "") or not cfg.get("hf_hub"):
-        return []
-    return [("revision", os.path.split(cfg["hf_hub"])[0], "model")]
+        return []  # a local checkpoint
+    repo = tag_hub_repo(name, pretrained)  # a static table: planning never imports open_clip
+    return [("revision", repo, "model")] if repo else []
 
 
 def _pmc_clip_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -48,9 +44,7 @@ def _pmc_clip_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if pretrained.startswith(hub.HF_HUB_PREFIX):
         repo = pretrained.removeprefix(hub.HF_HUB_PREFIX)
         pins.append(("revision", repo, spec.get("repo_type", "dataset")))
-    from vlbench.embedding.models.pmc_clip import TEXT_MODEL
-
-    text_model = spec.get("text_model", TEXT_MODEL)
+    text_model = spec.get("text_model", PMC_CLIP_TEXT_MODEL)
     if not text_model.startswith(hub.LOCAL_DIR_PREFIX) and not Path(text_model).is_dir():
         pins.append(("text_model_revision", text_model.removeprefix(hub.HF_HUB_PREFIX), "model"))
     return pins

@@ -7,6 +7,9 @@ from pathlib import Path
 from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
 from vlbench.errors import VlbenchError
 
+# PMC-CLIP's default BERT text model (planning pins it without importing the adapter).
+PMC_CLIP_TEXT_MODEL = "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext"
+
 HF_HUB_PREFIX = "hf-hub:"
 LOCAL_DIR_PREFIX = "local-dir:"
 REPO_TYPES = ("model", "dataset")

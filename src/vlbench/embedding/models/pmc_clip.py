@@ -33,7 +33,7 @@ from vlbench.embedding.models.hf_clip import HfTokenizer
 from vlbench.embedding.models.transforms import build_image_transform, describe_open_clip
 from vlbench.errors import VlbenchError
 
-TEXT_MODEL = "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext"
+TEXT_MODEL = hub.PMC_CLIP_TEXT_MODEL
 CONTEXT_LENGTH = 77
 HEAD_WIDTH = 64  # official CLIPVisionCfg.head_width: heads = width * 32 // 64
 IMAGE_FILE = "image_encoder(resnet50).pth"

@@ -1,0 +1,64 @@
+"""Which hub repository each open_clip pretrained tag downloads from, without importing open_clip.
+
+Planning (the Snakefile at parse time, `vlbench pin`) must know which tags need a pinned hub
+commit. Asking open_clip's registry imports open_clip, torch, torchvision and transformers
+(seconds and about a gigabyte per parse, on every cluster job). The answer is a small static
+table instead, `open_clip_tags.json`, written from the installed open_clip's registry by
+
+    python -m vlbench.embedding.models.open_clip_tags
+
+and checked against that registry by a test, so an open_clip upgrade that changes it fails the
+suite until the table is written again. A (name, tag) pair missing from the table (a newer
+open_clip) falls back to asking open_clip itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("open_clip_tags.json")
+
+
+def hub_repo_of(cfg: dict) -> str | None:
+    """The hub repository a tag's weights come from (None: a URL download, nothing to pin)."""
+    if "mlfoundations" in cfg.get("url", "") or not cfg.get("hf_hub"):
+        return None
+    return os.path.split(cfg["hf_hub"])[0] or None
+
+
+def registry_table() -> dict[str, dict[str, str | None]]:
+    """model name -> tag -> hub repository (or None), from the installed open_clip's registry."""
+    from open_clip.pretrained import get_pretrained_cfg, list_pretrained
+
+    table: dict[str, dict[str, str | None]] = {}
+    for name, tag in list_pretrained():
+        table.setdefault(name, {})[tag] = hub_repo_of(get_pretrained_cfg(name, tag))
+    return table
+
+
+@functools.cache
+def _static_table() -> dict[str, dict[str, str | None]]:
+    return json.loads(TABLE.read_text(encoding="utf-8"))
+
+
+def tag_hub_repo(name: str, tag: str) -> str | None:
+    """The hub repository behind open_clip's (name, tag), or None when it downloads by URL."""
+    known = _static_table().get(name, {})
+    if tag in known:
+        return known[tag]
+    from open_clip.pretrained import get_pretrained_cfg  # not in the table: ask open_clip
+
+    return hub_repo_of(get_pretrained_cfg(name, tag))
+
+
+def write_table(path: Path = TABLE) -> None:
+    """Write the table from the installed open_clip (run after upgrading open_clip)."""
+    path.write_text(json.dumps(registry_table(), indent=1, sort_keys=True) + "\n", "utf-8")
+
+
+if __name__ == "__main__":
+    write_table(Path(sys.argv[1]) if len(sys.argv) > 1 else TABLE)
