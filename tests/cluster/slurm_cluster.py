@@ -7,7 +7,8 @@ Debian-like machine with ``slurmctld slurmd munge slurm-client`` installed
 What :class:`SlurmCluster` does on :meth:`SlurmCluster.start`:
 
 * writes ``/etc/slurm/slurm.conf``, ``gres.conf`` and ``cgroup.conf`` (any
-  existing files are backed up and restored by :meth:`SlurmCluster.stop`);
+  existing files are backed up and restored by :meth:`SlurmCluster.stop`, except
+  leftovers of a killed test run, which are removed);
 * state, spool, pid and log files live under a fresh temporary directory;
 * starts ``munged`` (unless one already answers) with a key created on demand,
   then ``slurmctld -D`` and ``slurmd -D`` as child processes;
@@ -38,6 +39,22 @@ from pathlib import Path
 from types import TracebackType
 
 SLURM_ETC = Path("/etc/slurm")
+WRITTEN_BY = "# Written by tests/cluster/slurm_cluster.py"
+
+
+def _left_by_a_killed_run(path: Path) -> bool:
+    """Whether a config file is one this module wrote and a killed test run never restored.
+
+    Such a file is removed at stop instead of being restored: left in place, it points every
+    later `scontrol` (which snakemake-executor-plugin-slurm runs whenever Snakemake starts) at a
+    controller that is gone, and each call then waits about ten seconds for it.
+    """
+    try:
+        return path.read_text(errors="replace").startswith(WRITTEN_BY)
+    except OSError:
+        return False
+
+
 MUNGE_KEY = Path("/etc/munge/munge.key")
 MUNGE_SOCKET_DIR = Path("/run/munge")
 SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
@@ -237,7 +254,7 @@ class SlurmCluster:
         w = self.workdir
         def_mem = max(100, min(2048, self.real_memory_mb // max(1, self.cpus)))
         overrides = "SlurmdParameters=config_overrides\n" if self.oversubscribed else ""
-        return f"""# Written by tests/cluster/slurm_cluster.py -- temporary CI cluster.
+        return f"""{WRITTEN_BY} -- temporary CI cluster.
 ClusterName={self.cluster_name}
 SlurmctldHost={self.nodename}(127.0.0.1)
 SlurmUser=root
@@ -279,7 +296,7 @@ PartitionName={self.partition} Nodes={self.nodename} Default=YES MaxTime=INFINIT
 
     def gres_conf(self) -> str:
         """Text of ``gres.conf``: one ``gpu`` line per fake device."""
-        lines = ["# Written by tests/cluster/slurm_cluster.py -- fake GPUs."]
+        lines = [f"{WRITTEN_BY} -- fake GPUs."]
         for dev in self._fake_gpu_devices():
             lines.append(f"NodeName={self.nodename} Name=gpu File={dev}")
         return "\n".join(lines) + "\n"
@@ -288,7 +305,7 @@ PartitionName={self.partition} Nodes={self.nodename} Default=YES MaxTime=INFINIT
     def cgroup_conf() -> str:
         """Text of ``cgroup.conf``: keep slurm away from cgroups altogether."""
         return (
-            "# Written by tests/cluster/slurm_cluster.py -- no cgroup use.\n"
+            f"{WRITTEN_BY} -- no cgroup use.\n"
             "CgroupAutomount=no\n"
             "ConstrainCores=no\n"
             "ConstrainRAMSpace=no\n"
@@ -306,7 +323,7 @@ PartitionName={self.partition} Nodes={self.nodename} Default=YES MaxTime=INFINIT
             target = SLURM_ETC / name
             if target not in self._backups:
                 backup = None
-                if target.exists() or target.is_symlink():
+                if (target.exists() or target.is_symlink()) and not _left_by_a_killed_run(target):
                     backup = self.workdir / "etc-backup" / name
                     backup.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(target, backup, follow_symlinks=False)
