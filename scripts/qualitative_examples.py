@@ -1,4 +1,5 @@
-"""Rule qualitative_examples: top-5 items from the index for a few fixed queries, correct marked."""
+"""Rule qualitative_examples: for every model and direction of one benchmark, the top-5 items
+from the index for a few fixed queries, correct items marked."""
 
 from pathlib import Path
 
@@ -6,18 +7,20 @@ from vlbench.report.qualitative import write_examples
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
-    wildcards = snakemake.wildcards
-    shown = write_examples(
-        snakemake.input.queries,
-        snakemake.input.query_ids,
-        snakemake.input.index,
-        snakemake.input.gallery_ids,
-        snakemake.input.qrels,
-        snakemake.input.ranks,
-        Path(snakemake.input.images).parent,
-        wildcards.direction,
-        snakemake.params.queries,
-        f"{wildcards.model} on {wildcards.benchmark}, {wildcards.direction}",
-        snakemake.output.png,
-    )
-    log.info("%d example queries in %s", shown, snakemake.output.png)
+    benchmark = snakemake.wildcards.benchmark
+    data_dir = Path(snakemake.input.images).parent
+    for panel, (model, direction) in enumerate(snakemake.params.panels):
+        shown = write_examples(
+            snakemake.input.queries[panel],
+            snakemake.input.query_ids[panel],
+            snakemake.input.index[panel],
+            snakemake.input.gallery_ids[panel],
+            snakemake.input.qrels,
+            snakemake.input.ranks[panel],
+            data_dir,
+            direction,
+            snakemake.params.queries,
+            f"{model} on {benchmark}, {direction}",
+            snakemake.output[panel],
+        )
+        log.info("%d example queries in %s", shown, snakemake.output[panel])

@@ -291,12 +291,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "tables.qualitative_queries": (
         set_key("tables", "qualitative_queries", value=1),
-        {
-            job("qualitative_examples", model=m, benchmark=b, direction=d)
-            for m in MODELS
-            for b in BENCHMARKS
-            for d in DIRECTIONS
-        },
+        {job("qualitative_examples", benchmark=b) for b in BENCHMARKS},
     ),
     "benchmarks.birds.k": (
         set_key("benchmarks", "birds", "k", value=[1, 10]),

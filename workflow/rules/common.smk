@@ -188,13 +188,32 @@ def embedding_shards(wildcards):
 # --- Stages 3-6: a direction's query matrix and gallery index ---------------------------------
 
 
-def direction_embeddings(wildcards):
-    """A direction's query matrix and ids, and its gallery index and ids (used with `unpack`)."""
-    query, gallery = DIRECTIONS[wildcards.direction]
-    stem = f"results/embeddings/{wildcards.model}/{wildcards.benchmark}"
+def embedding_files(model, benchmark, direction):
+    """A direction's query matrix and ids, and its gallery index and ids."""
+    query, gallery = DIRECTIONS[direction]
+    stem = f"results/embeddings/{model}/{benchmark}"
     return {
         "queries": f"{stem}/{query}.npy",
         "query_ids": f"{stem}/{query}.ids.parquet",
-        "index": f"results/index/{wildcards.model}/{wildcards.benchmark}/{gallery}.faiss",
+        "index": f"results/index/{model}/{benchmark}/{gallery}.faiss",
         "gallery_ids": f"{stem}/{gallery}.ids.parquet",
     }
+
+
+def direction_embeddings(wildcards):
+    """`embedding_files` of the job's model, benchmark and direction (used with `unpack`)."""
+    return embedding_files(wildcards.model, wildcards.benchmark, wildcards.direction)
+
+
+# The examples job of a benchmark draws one panel per (model, direction), in this order.
+EXAMPLE_PANELS = [(model, direction) for model in MODELS for direction in DIRECTIONS]
+
+
+def benchmark_examples_inputs(wildcards):
+    """Every panel's embedding files and ranks, as lists in EXAMPLE_PANELS order (`unpack`)."""
+    inputs = {"queries": [], "query_ids": [], "index": [], "gallery_ids": [], "ranks": []}
+    for model, direction in EXAMPLE_PANELS:
+        for key, path in embedding_files(model, wildcards.benchmark, direction).items():
+            inputs[key].append(path)
+        inputs["ranks"].append(f"results/ranks/{model}/{wildcards.benchmark}/{direction}.parquet")
+    return inputs

@@ -93,25 +93,30 @@ rule plot_benchmark:
         "../../scripts/plot_benchmark.py"
 
 
+# One job per benchmark draws every model's and direction's examples: one start-up, and the
+# benchmark's images are read once.
 rule qualitative_examples:
     input:
-        unpack(direction_embeddings),
+        unpack(benchmark_examples_inputs),
         unpack(prepared_data),
-        ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
     output:
-        png=report(
-            "results/plots/{benchmark}/examples/{model}/{direction}.png",
-            caption="../report/examples.rst",
-            category="{benchmark}",
-            subcategory="Examples",
-            labels={"benchmark": "{benchmark}", "model": "{model}", "direction": "{direction}"},
-        ),
+        [
+            report(
+                f"results/plots/{{benchmark}}/examples/{model}/{direction}.png",
+                caption="../report/examples.rst",
+                category="{benchmark}",
+                subcategory="Examples",
+                labels={"benchmark": "{benchmark}", "model": model, "direction": direction},
+            )
+            for model, direction in EXAMPLE_PANELS
+        ],
     params:
         queries=config["tables"]["qualitative_queries"],
+        panels=EXAMPLE_PANELS,
     conda:
         "../../envs/vlbench.yaml"
     log:
-        "logs/qualitative_examples/{model}/{benchmark}/{direction}.log",
+        "logs/qualitative_examples/{benchmark}.log",
     script:
         "../../scripts/qualitative_examples.py"
 
