@@ -10,9 +10,14 @@ b) end-to-end wall time of the vlbench workflow for 3 random-weight models shari
 c) peak RSS of the embedding step at two dataset sizes;
 d) float16 storage and draft decoding: their effect on Recall@k;
 e) model-only forward time per model (images, texts at full context and trimmed): the floor
-   under any tool running the same fp32 forward passes, to read (b) against.
+   under any tool running the same fp32 forward passes, to read (b) against;
+g) the GPU regime, emulated: small open_clip architectures whose forward is nearly free (so
+   decoding and per-job start-up decide, as on a GPU), sharing one 224 px transform; the
+   workflow vs one `clip_benchmark eval` run per model for 3 and for 7 models, in both orders,
+   Recall@k hit counts compared; then the cost of adding one more model to the finished run.
 
     .venv/bin/python benchmarks/embed.py --pairs 2000 --rss-sizes 2000 20000
+    .venv/bin/python benchmarks/embed.py --pairs 1000 --parts g   # the GPU regime alone
 
 Writes `<workdir>/results.json` and prints a Markdown summary for benchmarks/RESULTS.md.
 """
@@ -50,6 +55,15 @@ from vlbench.embedding.shards import EmbedSettings, embed_rows
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 MODELS = {"vit-b-32": "ViT-B-32", "vit-b-16": "ViT-B-16", "vit-s-32": "ViT-S-32"}
+# (g): vision widths of the cheap architectures (one layer, 32 px patches, 224 px input).
+CHEAP_WIDTHS = (32, 48, 64, 80, 96, 112, 128)
+# Runs clip_benchmark's own CLI after registering the cheap architectures' configs with
+# open_clip (clip_benchmark knows only open_clip's built-in names).
+CLIP_BENCHMARK_WITH_CONFIGS = (
+    "import sys, open_clip; open_clip.add_model_config(sys.argv[1]); "
+    "sys.argv = ['clip_benchmark', *sys.argv[2:]]; "
+    "from clip_benchmark.cli import main; sys.exit(main())"
+)
 K = (1, 5, 10)
 
 
@@ -293,25 +307,39 @@ def bench_decode(source: Path, model: Any, images: int) -> dict[str, float]:
 
 
 def workflow_config(
-    source: Path, checkpoints: dict[str, Path], batch: int, workers: int, **embedding: Any
+    source: Path,
+    checkpoints: dict[str, Path],
+    batch: int,
+    workers: int | None,
+    names: dict[str, str] = MODELS,
+    config_dir: Path | None = None,
+    **embedding: Any,
 ) -> str:
-    """A vlbench config evaluating the three checkpoints on the local source."""
+    """A vlbench config evaluating the checkpoints on the local source.
+
+    `config_dir`: where the architectures' open_clip config files are (`<name>.json`), for
+    names open_clip does not ship.
+    """
     models = "".join(
-        f"  {key}:\n    name: {MODELS[key]}\n    pretrained: {path}\n"
+        f"  {key}:\n    name: {names[key]}\n    pretrained: {path}\n"
+        + (f"    model_config: {config_dir / names[key]}.json\n" if config_dir else "")
         for key, path in checkpoints.items()
     )
     extra = "".join(f"  {key}: {value}\n" for key, value in embedding.items())
     return (
         f"models:\n{models}benchmarks:\n  pairs:\n    protocol: paired\n"
         f"    source:\n      path: {source}\n      split: test\n    k: [1, 5, 10]\n"
-        f"embedding:\n  batch_size: {batch}\n  num_workers: {workers}\n{extra}"
+        f"embedding:\n  batch_size: {batch}\n"
+        f"  num_workers: {'null' if workers is None else workers}\n{extra}"
     )
 
 
-def run_vlbench(run_dir: Path, config: str) -> float:
-    """Run the workflow up to its metrics table in a fresh directory; return wall seconds."""
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+def run_vlbench(run_dir: Path, config: str, fresh: bool = True) -> float:
+    """Run the workflow up to its metrics table (in a fresh directory unless `fresh` is False,
+    then on what is there); return wall seconds."""
+    if fresh:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config)
     command = [
         str(VENV_BIN / "snakemake"),
@@ -361,19 +389,28 @@ def same_hits(ours: dict, theirs: dict, queries: int) -> bool:
 
 
 def run_clip_benchmark(
-    wds: Path, checkpoints: dict[str, Path], batch: int, workers: int, out_dir: Path
+    wds: Path,
+    checkpoints: dict[str, Path],
+    batch: int,
+    workers: int,
+    out_dir: Path,
+    names: dict[str, str] = MODELS,
+    config_dir: Path | None = None,
 ) -> tuple[float, dict[str, dict[str, float]]]:
-    """Three `clip_benchmark eval` runs; total wall seconds and Recall@k per model."""
+    """One `clip_benchmark eval` run per model; total wall seconds and Recall@k per model."""
     out_dir.mkdir(parents=True, exist_ok=True)
     total = 0.0
     metrics: dict[str, Any] = {}
+    launcher = [str(VENV_BIN / "clip_benchmark")]
+    if config_dir is not None:
+        launcher = [sys.executable, "-c", CLIP_BENCHMARK_WITH_CONFIGS, str(config_dir)]
     for key, path in checkpoints.items():
         output = out_dir / f"{key}.json"
         command = [
-            str(VENV_BIN / "clip_benchmark"), "eval",
+            *launcher, "eval",
             "--dataset", "wds/pairs", "--dataset_root", str(wds),
             "--task", "zeroshot_retrieval",
-            "--model", MODELS[key], "--pretrained", str(path),
+            "--model", names[key], "--pretrained", str(path),
             "--batch_size", str(batch), "--num_workers", str(workers),
             "--no_amp", "--recall_k", *map(str, K), "--output", str(output),
         ]  # fmt: skip
@@ -389,6 +426,95 @@ def run_clip_benchmark(
             **{f"i2t@{k}": raw[f"text_retrieval_recall@{k}"] for k in K},
         }
     return total, metrics
+
+
+def save_cheap_models(directory: Path, count: int) -> tuple[dict[str, Path], dict[str, str]]:
+    """`count` cheap architectures: open_clip config files and seeded random checkpoints.
+
+    One transformer layer at 32 px patches on 224 px images, 64-wide text tower: the forward
+    is a few milliseconds per batch, so decoding and start-up decide the wall time.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    names, checkpoints = {}, {}
+    for width in CHEAP_WIDTHS[:count]:
+        name = f"vlbench-cheap-{width}"
+        config = {
+            "embed_dim": 64,
+            "vision_cfg": {"image_size": 224, "layers": 1, "width": width, "head_width": 16,
+                           "patch_size": 32},
+            "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2,
+                         "layers": 1},
+        }  # fmt: skip
+        (directory / f"{name}.json").write_text(json.dumps(config, indent=1))
+        names[f"cheap-{width}"] = name
+    open_clip.add_model_config(directory)
+    for seed, (key, name) in enumerate(names.items()):
+        path = directory / f"{key}.pt"
+        if not path.is_file():
+            torch.manual_seed(seed)
+            model = open_clip.create_model(name, pretrained=None, device="cpu")
+            torch.save(model.state_dict(), path)
+        checkpoints[key] = path
+    return checkpoints, names
+
+
+def bench_gpu_regime(
+    work: Path, model_counts: list[int], batch: int, workers: int, pairs: int
+) -> dict[str, Any]:
+    """(g) cheap-forward models: the workflow vs one clip_benchmark run per model.
+
+    Both tools get the same decode workers: clip_benchmark `--num_workers workers`, the
+    workflow `embedding.num_workers: workers`. Each count runs twice, once in each order.
+    Then one more architecture is added to the finished 3-model run and timed against a
+    clip_benchmark run of that model alone.
+    """
+    config_dir = work / "cheap-models"
+    checkpoints, names = save_cheap_models(config_dir, max(max(model_counts), 4))
+    keys = list(checkpoints)
+    out: dict[str, Any] = {"pairs": pairs, "workers": workers, "batch_size": batch}
+    for count in model_counts:
+        chosen = {key: checkpoints[key] for key in keys[:count]}
+        config = workflow_config(work / "hub", chosen, batch, workers, names, config_dir)
+        samples = []
+        run_dir, clip_dir = work / f"g-vlbench-{count}", work / f"g-clip-{count}"
+        for clip_first in (False, True):
+            sample: dict[str, Any] = {
+                "order": "clip_benchmark first" if clip_first else "vlbench first",
+                "loadavg_before": os.getloadavg(),
+            }
+            for tool in ("clip", "vlbench") if clip_first else ("vlbench", "clip"):
+                if tool == "vlbench":
+                    sample["vlbench_seconds"] = run_vlbench(run_dir, config)
+                else:
+                    sample["clip_benchmark_seconds"], theirs = run_clip_benchmark(
+                        work / "wds", chosen, batch, workers, clip_dir, names, config_dir
+                    )
+            sample["speedup"] = sample["clip_benchmark_seconds"] / sample["vlbench_seconds"]
+            sample["recall_identical"] = same_hits(vlbench_recalls(run_dir), theirs, pairs)
+            sample["vlbench_rule_seconds"] = rule_seconds(run_dir)
+            sample["loadavg_after"] = os.getloadavg()
+            samples.append(sample)
+            print(json.dumps(sample, indent=1), flush=True)
+        out[f"{count}_models"] = samples
+    # A 4th model added to the finished 3-model directory, against clip_benchmark on it alone.
+    run_dir = work / "g-vlbench-3"
+    extra = keys[3]
+    four = {key: checkpoints[key] for key in keys[:4]}
+    added = run_vlbench(run_dir, workflow_config(work / "hub", four, batch, workers, names,
+                                                 config_dir), fresh=False)  # fmt: skip
+    alone, theirs = run_clip_benchmark(
+        work / "wds", {extra: checkpoints[extra]}, batch, workers, work / "g-clip-added",
+        names, config_dir,
+    )  # fmt: skip
+    out["add_a_model"] = {
+        "model": extra,
+        "vlbench_seconds": added,
+        "clip_benchmark_seconds": alone,
+        "ratio": added / alone,
+        "recall_identical": same_hits(vlbench_recalls(run_dir), theirs, pairs),
+    }
+    print(json.dumps(out["add_a_model"], indent=1), flush=True)
+    return out
 
 
 def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str, Any]:
@@ -474,7 +600,8 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--demo", type=Path, help="a finished demo-config run directory")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks/runs/embed")
-    parser.add_argument("--parts", default="abcde")
+    parser.add_argument("--parts", default="abcdeg")
+    parser.add_argument("--regime-models", type=int, nargs="+", default=[3, 7])
     parser.add_argument(
         "--clip-first", action="store_true", help="(b): run clip_benchmark before the workflow"
     )
@@ -544,6 +671,8 @@ def main() -> None:
                 results["b"]["clip_benchmark_seconds"] / results["e"]["floor_seconds"]
             )
         print(json.dumps(results["e"], indent=1), flush=True)
+    if "g" in args.parts:
+        results["g"] = bench_gpu_regime(work, args.regime_models, batch, workers, args.pairs)
     results[f"machine_end_{args.parts}"] = machine()
     results[f"total_seconds_{args.parts}"] = time.perf_counter() - began
     (work / "results.json").write_text(json.dumps(results, indent=2))

@@ -11,6 +11,11 @@ RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
 SHARD_PLAN = "results/shards/{benchmark}/{modality}.json"
+# One (model, benchmark)'s embeddings: <modality>.npy (gathered), <modality>/shard-XXXXX.npy
+# (the shards) and shards/shard-XXXXX.json (the record of the job that embedded shard k of
+# every modality).
+EMBEDDINGS_DIR = "results/embeddings/{model}/{benchmark}"
+EMBED_JOB_RECORD = EMBEDDINGS_DIR + "/shards/{shard}.json"
 PIXEL_CACHE_DIR = "results/pixels"
 GPU_LOCK_DIR = "results/.gpu-locks"
 

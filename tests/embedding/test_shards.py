@@ -23,6 +23,7 @@ from vlbench.embedding.shard_files import (
     read_shard_plan,
     save_embeddings,
     shard_ranges,
+    stored_shards,
     write_shard_plan,
 )
 from vlbench.embedding.shards import EmbedSettings
@@ -147,7 +148,7 @@ def test_rerun_recomputes_only_missing_shards(
         calls.append(args[4:6])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("vlbench.embedding.matrices.embed_shard", counting)
+    monkeypatch.setattr("vlbench.embedding.shards.embed_shard", counting)
     again = run(model, directory, tmp_path, "text")
     assert calls == [(5, 10)]
     assert np.array_equal(np.load(again, allow_pickle=False), before)
@@ -228,3 +229,71 @@ def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
     assert EmbedSettings.from_config("b", threads=3).decode_workers == 3
     assert EmbedSettings.from_config("b", {"num_workers": 0}, threads=3).decode_workers == 0
     assert EmbedSettings.from_config("b", {"num_workers": 5, "threads": 1}).decode_workers == 5
+
+
+def shard_job(directory: Path, out: Path, loads: list[int], text_digest: str = "t0"):
+    """Shard 0 (rows 0-5) of both modalities through `embed_shard_job`; count model loads."""
+    model = tiny_model()
+
+    def load():
+        loads.append(1)
+        return model, {"name": "vlbench-tiny"}
+
+    work = [
+        embed_shards.ShardWork("image", directory / "images.parquet", 0, 5, "i0"),
+        embed_shards.ShardWork("text", directory / "texts.parquet", 0, 5, text_digest),
+    ]
+    settings = EmbedSettings.from_config("bench", batch_size=4, pixel_cache=False)
+    identity = {"model": {"name": "vlbench-tiny"}, "embedding": {"batch_size": 4}}
+    record = out / "shards" / "shard-00000.json"
+    return embed_shards.embed_shard_job(load, work, settings, identity, out, record)
+
+
+def test_a_shard_job_embeds_both_modalities_with_one_model_load(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    loads: list[int] = []
+    job = shard_job(directory, tmp_path, loads)
+    assert loads == [1]
+    assert list(job["modalities"]) == ["text", "image"]  # texts first
+    assert not any(done["reused"] for done in job["modalities"].values())
+    for modality in ("image", "text"):
+        matrix, ids = load_embeddings(
+            tmp_path / modality / "shard-00000.npy", tmp_path / modality / "shard-00000.ids.parquet"
+        )
+        assert matrix.shape[0] == len(ids) == 5
+    written = json.loads((tmp_path / "shards" / "shard-00000.json").read_text())
+    assert {m: done["content_key"] for m, done in written["modalities"].items()} == {
+        m: done["content_key"] for m, done in job["modalities"].items()
+    }
+
+
+def test_a_rerun_reuses_stored_shards_and_re_embeds_only_changed_rows(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    shard_job(directory, tmp_path, [])
+    image = tmp_path / "image" / "shard-00000.npy"
+    text = tmp_path / "text" / "shard-00000.npy"
+    image_mtime, text_mtime = image.stat().st_mtime_ns, text.stat().st_mtime_ns
+    loads: list[int] = []
+    again = shard_job(directory, tmp_path, loads)
+    assert loads == [] and all(done["reused"] for done in again["modalities"].values())
+    changed = shard_job(directory, tmp_path, loads, text_digest="t1")  # the texts were edited
+    assert loads == [1]
+    assert changed["modalities"]["image"]["reused"] and not changed["modalities"]["text"]["reused"]
+    assert image.stat().st_mtime_ns == image_mtime and text.stat().st_mtime_ns != text_mtime
+
+
+def test_gather_refuses_a_shard_stored_for_other_content(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    directory, _ = benchmark_dir
+    shard_job(directory, tmp_path, [])
+    identity = {"model": {"name": "vlbench-tiny"}, "embedding": {"batch_size": 4}}
+    assert stored_shards(tmp_path, "text", {"shard-00000": "t0"}, identity)
+    with pytest.raises(VlbenchError, match=r"text/shard-00000\.npy: missing, or embedded from"):
+        stored_shards(tmp_path, "text", {"shard-00000": "t1"}, identity)
+    with pytest.raises(VlbenchError, match=r"delete .*shards/shard-00000\.json"):
+        stored_shards(tmp_path, "image", {"shard-00000": "i0"}, {**identity, "model": {}})

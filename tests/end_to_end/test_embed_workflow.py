@@ -33,20 +33,37 @@ def test_provenance_lists_every_shard_with_its_timing(demo_run: Path) -> None:
     assert len(list((demo_run / "results" / "pixels" / "demo").glob("*/rows-*.npy"))) == 2
 
 
+def test_one_job_per_shard_index_embeds_both_modalities(demo_run: Path) -> None:
+    for shard in ("shard-00000", "shard-00001"):
+        job = json.loads((demo_run / STEM / "shards" / f"{shard}.json").read_text())
+        assert sorted(job["modalities"]) == ["image", "text"]
+        log = (demo_run / "logs" / "embed_shard" / "tiny" / "demo" / f"{shard}.log").read_text()
+        assert log.count("model vlbench-tiny on cpu") == 1
+
+
 def test_rerun_after_a_kill_recomputes_only_the_missing_shard(
     demo_run: Path, tmp_path: Path
 ) -> None:
-    """A job killed mid-shard leaves no shard file (atomic writes) and no gathered matrix."""
+    """A job killed after its text shard, before its image shard: the rerun keeps what was
+    finished (the other job's shards, this job's text shard) and embeds only the image shard."""
     workdir = copy_of_run(demo_run, tmp_path)
-    kept = workdir / STEM / "image" / "shard-00000.npy"
+    kept = [
+        workdir / STEM / "image" / "shard-00000.npy",
+        workdir / STEM / "text" / "shard-00001.npy",
+    ]
     lost = workdir / STEM / "image" / "shard-00001.npy"
     before = np.load(workdir / STEM / "image.npy")
-    kept_mtime = kept.stat().st_mtime_ns
-    for path in (lost, workdir / STEM / "image.npy"):
+    kept_mtimes = [path.stat().st_mtime_ns for path in kept]
+    for path in (
+        lost,
+        workdir / STEM / "shards" / "shard-00001.json",
+        workdir / STEM / "image.npy",
+    ):
         path.unlink()
     run_workflow(workdir, workdir / "config.yaml", f"{STEM}/image.npy", "--cores", "2")
-    assert kept.stat().st_mtime_ns == kept_mtime
+    assert [path.stat().st_mtime_ns for path in kept] == kept_mtimes
     assert lost.is_file()
     assert np.array_equal(np.load(workdir / STEM / "image.npy"), before)
-    log = workdir / "logs" / "embed_shard" / "tiny" / "demo" / "image" / "shard-00001.log"
-    assert "pixel cache hit" in log.read_text()
+    log = (workdir / "logs" / "embed_shard" / "tiny" / "demo" / "shard-00001.log").read_text()
+    assert "text rows 20-40: stored shard reused" in log
+    assert "image rows 20-40" in log and "pixel cache hit" in log

@@ -95,12 +95,12 @@ def from_gather(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
 
 
 def from_shards(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
-    """Every embedding shard (one per modality here) and everything after them."""
+    """Every embedding shard job (one per benchmark here: shard 0 of both modalities) and
+    everything after them."""
     shards = {
-        job("embed_shard", model=m, benchmark=b, modality=modality, shard="shard-00000")
+        job("embed_shard", model=m, benchmark=b, shard="shard-00000")
         for m in models
         for b in benchmarks
-        for modality in MODALITIES
     }
     return shards | from_gather(models, benchmarks)
 
@@ -260,6 +260,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "reference map edited": (reference_map_edited, {job("paper_table", table="biomedflickr")}),
     "embedding.num_workers": (set_key("embedding", "num_workers", value=1), set()),
     "embedding.threads": (set_key("embedding", "threads", value=1), set()),
+    "prepare.threads": (set_key("prepare", "threads", value=1), set()),
     "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
     "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
     "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
@@ -331,9 +332,12 @@ def test_an_edit_schedules_exactly_its_dependent_jobs(
 def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
     matrix_run: Path, tmp_path: Path
 ) -> None:
+    """The shard job reruns (its text rows changed) but reuses its stored image shard: only
+    the text shards are embedded again; the image matrix is gathered again, byte-identical."""
     workdir = copy_of_run(matrix_run, tmp_path)
     embeddings = workdir / "results" / "embeddings"
-    before = {path: path.stat().st_mtime_ns for path in embeddings.rglob("*.npy")}
+    before = {path: path.stat().st_mtime_ns for path in embeddings.rglob("shard-*.npy")}
+    images = {path: path.read_bytes() for path in embeddings.rglob("image.npy")}
     caption_in_place(workdir)
     run_workflow(workdir, workdir / "config.yaml", "--cores", "2")
     changed = {
@@ -341,9 +345,11 @@ def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
         for path, mtime_ns in before.items()
         if path.stat().st_mtime_ns != mtime_ns
     }
-    assert changed == {
-        f"{model}/pairs/{name}" for model in MODELS for name in ("text.npy", "text/shard-00000.npy")
-    }
+    assert changed == {f"{model}/pairs/text/shard-00000.npy" for model in MODELS}
+    assert all(path.read_bytes() == content for path, content in images.items())
+    for model in MODELS:
+        job = json.loads((embeddings / model / "pairs" / "shards" / "shard-00000.json").read_text())
+        assert job["modalities"]["image"]["reused"] and not job["modalities"]["text"]["reused"]
     assert scheduled_jobs(workdir) == set()
 
 

@@ -9,10 +9,12 @@ from pathlib import Path
 from snakemake.logging import logger
 
 from vlbench.config import pick, result_keys, source_kind, validate_config
-from vlbench.embedding.shard_files import read_shard_plan, shard_digest
+from vlbench.embedding.shard_files import read_shard_plan
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
+    EMBED_JOB_RECORD,
+    EMBEDDINGS_DIR,
     MODALITY_FILES,
     PIXEL_CACHE_DIR,
     RANDOM_CHECKPOINT,
@@ -165,22 +167,59 @@ def modality_data(wildcards):
     return modality_file(wildcards.benchmark, wildcards.modality)
 
 
-def shard_content_digest(wildcards):
-    """The content digest of an embedding shard's rows, from the shard plan."""
-    return shard_digest(shard_plan(wildcards.benchmark, wildcards.modality), wildcards.shard)
+def embedding_identity(wildcards):
+    """What a model's embeddings depend on besides the rows: the configured spec (random-init
+    seed included), its user files' fingerprint and the settings that change numbers."""
+    return {
+        "model": config["models"][wildcards.model],
+        "model_files": model_files_fingerprint(wildcards),
+        "embedding": result_keys(config, "embedding"),
+    }
+
+
+def _plan_shards(benchmark, modality):
+    """The shard plan of a modality, or None before its checkpoint has run."""
+    path = shard_plan(benchmark, modality)
+    return read_shard_plan(path) if Path(path).is_file() else None
+
+
+def shard_job_inputs(wildcards):
+    """Both modalities' prepared data and shard plans (`ancient`: the digests decide reruns)."""
+    inputs = {}
+    for modality in MODALITY_FILES:
+        inputs[f"{modality}_data"] = ancient(modality_file(wildcards.benchmark, modality))
+        inputs[f"{modality}_plan"] = ancient(shard_plan(wildcards.benchmark, modality))
+    return inputs
+
+
+def shard_content_digests(wildcards):
+    """Modality -> content digest of shard k's rows, for each modality whose plan has shard k."""
+    digests = {}
+    for modality in MODALITY_FILES:
+        plan = _plan_shards(wildcards.benchmark, modality)
+        if plan and wildcards.shard in plan["digests"]:
+            digests[modality] = plan["digests"][wildcards.shard]
+    return digests
+
+
+def modality_shard_digests(wildcards):
+    """Shard name -> content digest of every shard of a modality (from its plan)."""
+    plan = _plan_shards(wildcards.benchmark, wildcards.modality)
+    return dict(sorted(plan["digests"].items())) if plan else {}
 
 
 def embedding_shards(wildcards):
-    """The shard files and shard timings a gathered matrix is made of (after the shard plan)."""
+    """The shard job records and timings a gathered matrix is made after (after the plan)."""
     plan = checkpoints.plan_shards.get(
         benchmark=wildcards.benchmark, modality=wildcards.modality
     ).output.plan
     names = sorted(read_shard_plan(plan)["shards"])
-    stem = f"{wildcards.model}/{wildcards.benchmark}/{wildcards.modality}"
+    stem = f"{wildcards.model}/{wildcards.benchmark}"
     return {
-        "embeddings": [f"results/embeddings/{stem}/{name}.npy" for name in names],
-        "ids": [f"results/embeddings/{stem}/{name}.ids.parquet" for name in names],
-        "provenance": [f"results/embeddings/{stem}/{name}.json" for name in names],
+        "records": [
+            EMBED_JOB_RECORD.format(model=wildcards.model, benchmark=wildcards.benchmark, shard=name)
+            for name in names
+        ],
         "timings": [f"results/timings/embed_shard/{stem}/{name}.tsv" for name in names],
     }
 

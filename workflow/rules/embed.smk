@@ -1,6 +1,7 @@
 # Stage 2: per (model, benchmark, modality) -> L2-normalised embeddings plus their ids.
-# Each modality is cut into row-range shards (plan_shards); every shard is an independent job
-# (embed_shard, one GPU each); gather_embeddings concatenates them into the final matrix.
+# Each modality is cut into row-range shards (plan_shards); job k (embed_shard, one GPU each)
+# embeds shard k of both modalities with one model load; gather_embeddings concatenates a
+# modality's shards into the final matrix.
 # Decoded, resized and cropped images are cached once per (benchmark, geometric transform)
 # under results/pixels/ and reused by every model that shares the transform.
 
@@ -36,25 +37,26 @@ checkpoint plan_shards:
         "../../scripts/plan_shards.py"
 
 
-# The prepared data and the plan are `ancient`: re-preparing a benchmark (say, after one caption
-# was edited) reruns a shard only when its rows' content digest (a param, from the plan) changed,
-# so the image shards are kept when only texts changed, and vice versa.
+# Job k embeds shard k of every modality that has one (texts, then images) through one loaded
+# model. Its inputs are `ancient` and its params hold the shards' content digests: re-preparing a
+# benchmark reruns the job only when its rows changed, and a stored shard whose content key
+# (rows digest + model identity) still matches is reused, not embedded again (an edited caption
+# re-embeds the text shard and keeps the image shard; a killed job resumes shard by shard).
+
+
 rule embed_shard:
     input:
-        data=lambda wildcards: ancient(modality_data(wildcards)),
-        plan=ancient(SHARD_PLAN),
+        unpack(shard_job_inputs),
         weights=checkpoint_input,
     output:
-        embeddings="results/embeddings/{model}/{benchmark}/{modality}/{shard}.npy",
-        ids="results/embeddings/{model}/{benchmark}/{modality}/{shard}.ids.parquet",
-        provenance="results/embeddings/{model}/{benchmark}/{modality}/{shard}.json",
+        record=EMBED_JOB_RECORD,
     params:
         model=model_spec,
-        model_files=model_files_fingerprint,
-        content=shard_content_digest,
+        identity=embedding_identity,
+        content=shard_content_digests,
+        embeddings_dir=EMBEDDINGS_DIR,
         # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the
         # job: a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
-        embedding=result_keys(config, "embedding"),
         pixel_cache_dir=PIXEL_CACHE_DIR,
     # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give each
     # GPU job the node's cores per GPU: embedding.threads, or --set-threads embed_shard=N.
@@ -64,13 +66,15 @@ rule embed_shard:
     conda:
         "../../envs/vlbench.yaml"
     log:
-        "logs/embed_shard/{model}/{benchmark}/{modality}/{shard}.log",
+        "logs/embed_shard/{model}/{benchmark}/{shard}.log",
     benchmark:
-        "results/timings/embed_shard/{model}/{benchmark}/{modality}/{shard}.tsv"
+        "results/timings/embed_shard/{model}/{benchmark}/{shard}.tsv"
     script:
         "../../scripts/embed.py"
 
 
+# A gathered matrix follows its shard jobs' records; it checks that each stored shard holds the
+# current rows (digests) for the current model (identity) before concatenating.
 rule gather_embeddings:
     input:
         unpack(embedding_shards),
@@ -78,6 +82,10 @@ rule gather_embeddings:
         embeddings="results/embeddings/{model}/{benchmark}/{modality}.npy",
         ids="results/embeddings/{model}/{benchmark}/{modality}.ids.parquet",
         provenance="results/embeddings/{model}/{benchmark}/{modality}.json",
+    params:
+        identity=embedding_identity,
+        digests=modality_shard_digests,
+        embeddings_dir=EMBEDDINGS_DIR,
     conda:
         "../../envs/vlbench.yaml"
     log:

@@ -2,8 +2,9 @@
 
 The engine lives in small modules: `embed_loader` (row-group streaming through a DataLoader),
 `image_transform` (geometric vs per-model steps), `pixel_cache` (decode once per geometry) and
-`embed_shards` (one shard, the shard plan, the gather). Workflow rules run one shard per job;
-`embed_modality_sharded` runs them in one process with the same files and resume behaviour.
+`shards` (embed shards, reuse stored ones) and `shard_files` (plan, files, gather). Workflow jobs
+embed shard k of every modality; `embed_modality_sharded` embeds one modality's shards in one
+process with the same files and resume behaviour.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ import torch
 
 from vlbench.embedding.loader import decode_image
 from vlbench.embedding.models import EmbeddingModel, model_provenance
-from vlbench.embedding.shard_files import gather_shards, shard_name, shard_ranges
-from vlbench.embedding.shards import EmbedSettings, embed_shard
+from vlbench.embedding.shard_files import (
+    gather_shards,
+    shard_digests,
+    shard_name,
+    shard_ranges,
+    stored_shards,
+)
+from vlbench.embedding.shards import EmbedSettings, ShardWork, embed_shard_job, result_settings
 from vlbench.hashing import weights_sha256
 
 __all__ = [
@@ -59,25 +66,31 @@ def embed_modality_sharded(
     shard_size: int,
     out_dir: Path,
 ) -> Path:
-    """Embed every shard missing under `out_dir/<modality>/`, then gather `<modality>.npy`.
-
-    Same files as the workflow writes; shards already complete are not recomputed.
-    """
+    """Embed every shard of a modality not stored under `out_dir/<modality>/`, then gather
+    `<modality>.npy`: the workflow's files and resume rule (content keys), in one process."""
     rows = pq.ParquetFile(source).metadata.num_rows
+    ranges = shard_ranges(rows, shard_size)
+    digests = dict(
+        zip((shard_name(i) for i in range(len(ranges))), shard_digests(source, ranges), strict=True)
+    )
+    identity = {"model": model_spec, "embedding": result_settings(settings)}
     record = model_record(model_spec, model, settings.batch_size)
-    shard_dir = Path(out_dir) / modality
-    paths = []
-    for index, (start, stop) in enumerate(shard_ranges(rows, shard_size)):
-        stem = shard_dir / shard_name(index)
-        npy, ids, prov = (stem.with_suffix(s) for s in (".npy", ".ids.parquet", ".json"))
-        if not (npy.is_file() and ids.is_file() and prov.is_file()):
-            embed_shard(model, record, modality, source, start, stop, settings, npy, ids, prov)
-        paths.append((npy, ids, prov))
+    for index, (start, stop) in enumerate(ranges):
+        name = shard_name(index)
+        embed_shard_job(
+            lambda: (model, record),
+            [ShardWork(modality, Path(source), start, stop, digests[name])],
+            settings,
+            identity,
+            Path(out_dir),
+            Path(out_dir) / "shards" / f"{name}.json",
+        )
+    shards = stored_shards(out_dir, modality, digests, identity)
     out = Path(out_dir) / f"{modality}.npy"
     gather_shards(
-        [p[0] for p in paths],
-        [p[1] for p in paths],
-        [p[2] for p in paths],
+        [paths["embeddings"] for paths in shards],
+        [paths["ids"] for paths in shards],
+        [paths["provenance"] for paths in shards],
         out,
         Path(out_dir) / f"{modality}.ids.parquet",
         Path(out_dir) / f"{modality}.json",

@@ -1,8 +1,10 @@
 """Embedding files without torch: shard plans, shard and matrix files, the gather, provenance.
 
-A shard is written as ``shard-XXXXX.npy`` (the matrix, float32 or float16), ``.ids.parquet`` and
-``.json`` (provenance), each atomically, the matrix last. Jobs that only read, plan or gather
-these files import this module, not the model stack.
+A shard is written as ``<modality>/shard-XXXXX.npy`` (the matrix, float32 or float16),
+``.ids.parquet`` and ``.json`` (provenance), each atomically, the provenance last: it carries the
+shard's content key (what was embedded, by which model, how), so a shard whose key still matches
+is reused instead of embedded again. Jobs that only read, plan or gather these files import this
+module, not the model stack.
 """
 
 from __future__ import annotations
@@ -89,6 +91,53 @@ def shard_digest(plan_path: str | Path, shard: str) -> str:
     if not Path(plan_path).is_file():
         return ""
     return read_shard_plan(plan_path).get("digests", {}).get(shard, "")
+
+
+def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
+    """What a shard's numbers depend on: its rows' content digest and the model's identity
+    (spec, user files' fingerprint, the embedding settings that change results)."""
+    payload = json.dumps({"rows": rows_digest, **identity}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def shard_file_paths(embeddings_dir: str | Path, modality: str, shard: str) -> dict[str, Path]:
+    """A shard's matrix, ids and provenance files under one (model, benchmark) folder."""
+    stem = Path(embeddings_dir) / modality / shard
+    return {
+        "embeddings": stem.with_name(f"{shard}.npy"),
+        "ids": stem.with_name(f"{shard}.ids.parquet"),
+        "provenance": stem.with_name(f"{shard}.json"),
+    }
+
+
+def stored_shard_record(paths: dict[str, Path], content_key: str) -> dict[str, Any] | None:
+    """The provenance of a complete shard with this content key; None when absent or stale."""
+    try:
+        record = json.loads(paths["provenance"].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("content_key") != content_key:
+        return None
+    if not (paths["embeddings"].is_file() and paths["ids"].is_file()):
+        return None
+    return record
+
+
+def stored_shards(
+    embeddings_dir: str | Path, modality: str, digests: dict[str, str], identity: dict[str, Any]
+) -> list[dict[str, Path]]:
+    """The files of a modality's shards in order, each checked to hold its current content."""
+    shards = []
+    for shard, digest in sorted(digests.items()):
+        paths = shard_file_paths(embeddings_dir, modality, shard)
+        if stored_shard_record(paths, embedding_content_key(digest, identity)) is None:
+            record = Path(embeddings_dir) / "shards" / f"{shard}.json"
+            raise VlbenchError(
+                f"{paths['embeddings']}: missing, or embedded from other rows or another model; "
+                f"delete {record} and run again to embed the shard anew"
+            )
+        shards.append(paths)
+    return shards
 
 
 def read_embedding_ids(ids_path: str | Path) -> np.ndarray:
@@ -182,6 +231,7 @@ def gather_shards(
 
 PER_SHARD_KEYS = (
     "rows",
+    "content_key",
     "seconds",
     "items_per_second",
     "peak_rss_mb",

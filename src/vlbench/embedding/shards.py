@@ -1,7 +1,9 @@
-"""Embed one shard (a contiguous row range) of a modality and write it (`shard_files`).
+"""Embed shards (contiguous row ranges) of a benchmark's modalities and write them (`shard_files`).
 
-Shards are independent jobs: any number can run at once on different GPUs, and a rerun
-recomputes only the missing ones.
+A workflow job embeds shard k of every modality that has one, through one loaded model: shard
+jobs are independent (any number run at once on different GPUs), and a shard whose stored content
+key still matches is reused, so a rerun (after a kill, or after only the texts changed)
+recomputes only what is missing or stale.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from vlbench.atomic import write_text
-from vlbench.config import schema_defaults
+from vlbench.config import RUN_TIME_KEYS, schema_defaults
 from vlbench.data.canonical import ID_COLUMNS
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import (
@@ -32,7 +34,13 @@ from vlbench.embedding.loader import (
 )
 from vlbench.embedding.models import EmbeddingModel
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
-from vlbench.embedding.shard_files import STORAGE_DTYPES, save_embeddings
+from vlbench.embedding.shard_files import (
+    STORAGE_DTYPES,
+    embedding_content_key,
+    save_embeddings,
+    shard_file_paths,
+    stored_shard_record,
+)
 from vlbench.errors import VlbenchError
 from vlbench.paths import PIXEL_CACHE_DIR
 
@@ -69,6 +77,12 @@ class EmbedSettings:
         section = {**schema_defaults("embedding"), **(embedding or {}), **extra}
         known = {key: value for key, value in section.items() if key in cls.__dataclass_fields__}
         return cls(benchmark=benchmark, **known)
+
+
+def result_settings(settings: EmbedSettings) -> dict[str, Any]:
+    """The settings that can change an embedding's numbers (not speed knobs, not paths)."""
+    speed = (*RUN_TIME_KEYS["embedding"], "benchmark", "pixel_cache_dir", "rows_digest")
+    return {key: value for key, value in asdict(settings).items() if key not in speed}
 
 
 def peak_rss_mb() -> float:
@@ -238,8 +252,13 @@ def embed_shard(
     out_npy: Path,
     out_ids: Path,
     out_provenance: Path,
+    content_key: str | None = None,
 ) -> dict[str, Any]:
-    """Embed one shard and write matrix, ids and provenance atomically; return the provenance."""
+    """Embed one shard and write matrix, ids and provenance atomically; return the provenance.
+
+    The provenance goes last (and the old one is removed first): a shard is complete, with
+    the content key it records, only once its provenance is there.
+    """
     stats: dict[str, Any] = {}
     began = time.perf_counter()
     ids, matrix = embed_rows(model, modality, source, start, stop, settings, stats)
@@ -250,6 +269,7 @@ def embed_shard(
         "modality": modality,
         "source": str(source),
         "rows": [start, stop],
+        "content_key": content_key,
         "seconds": round(seconds, 3),
         "items_per_second": round((stop - start) / seconds, 2) if seconds > 0 else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
@@ -260,6 +280,70 @@ def embed_shard(
         # Reference tokenizers cut longer texts at the context length; say how many it touched.
         record["texts_at_context_limit"] = model.texts_at_context_limit
         record["text_padding_trimmed"] = model.trims_text_padding(settings.trim_text_padding)
-    write_text(out_provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    Path(out_provenance).unlink(missing_ok=True)
     save_embeddings(ids, stored, out_npy, out_ids)
+    write_text(out_provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """One modality's shard of a job: which rows of which prepared parquet, and their digest."""
+
+    modality: str
+    source: Path
+    start: int
+    stop: int
+    rows_digest: str
+
+
+# Texts first: while another job still decodes a shared pixel-cache shard, this job's text
+# forward overlaps that decode instead of waiting behind it.
+MODALITY_ORDER = ("text", "image")
+
+
+def embed_shard_job(
+    load: Callable[[], tuple[EmbeddingModel, dict[str, Any]]],
+    work: Sequence[ShardWork],
+    settings: EmbedSettings,
+    identity: dict[str, Any],
+    embeddings_dir: Path,
+    out_record: Path,
+) -> dict[str, Any]:
+    """Embed every shard in `work` that is not stored under its content key, then write the
+    job's record (per modality: rows, content key, reused or embedded, and the provenance).
+
+    `load` returns the model and its provenance record; it is called only if a shard needs
+    embedding, so a job whose shards are all stored loads no model.
+    """
+    loaded: tuple[EmbeddingModel, dict[str, Any]] | None = None
+    summary: dict[str, Any] = {}
+    for item in sorted(work, key=lambda item: MODALITY_ORDER.index(item.modality)):
+        key = embedding_content_key(item.rows_digest, identity)
+        paths = shard_file_paths(embeddings_dir, item.modality, out_record.stem)
+        record = stored_shard_record(paths, key)
+        reused = record is not None
+        if record is None:
+            loaded = loaded or load()
+            record = embed_shard(
+                loaded[0],
+                loaded[1],
+                item.modality,
+                item.source,
+                item.start,
+                item.stop,
+                replace(settings, rows_digest=item.rows_digest),
+                paths["embeddings"],
+                paths["ids"],
+                paths["provenance"],
+                content_key=key,
+            )
+        summary[item.modality] = {
+            "rows": [item.start, item.stop],
+            "content_key": key,
+            "reused": reused,
+            "provenance": record,
+        }
+    job = {"shard": out_record.stem, "modalities": summary}
+    write_text(out_record, json.dumps(job, indent=2, sort_keys=True) + "\n")
+    return job
