@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +115,35 @@ def test_models_sharing_a_geometry_share_the_cache_and_keep_their_own_normalisat
     assert np.array_equal(matrix, reference_image_embeddings(second, images, batch_size=4))
     cache = PixelCache(tmp_path, "bench", key_first, source)
     assert sorted(p.name for p in cache.directory.glob("*.npy")) == [f"rows-{0:09d}-{ROWS:09d}.npy"]
+
+
+def test_a_job_needing_a_shard_another_job_is_decoding_waits_and_reads_it(
+    images_file: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    """Two models' jobs start together: the second decodes nothing, it waits for the first."""
+    source, images = images_file
+    model = tiny_model()
+    key = ImagePipeline.from_model(model).geometry_key(draft=False)
+    cache = PixelCache(tmp_path / "shared", "bench", key, source)
+    filled = tmp_path / "filled"
+    embed_rows(model, "image", source, 0, ROWS, settings(filled))  # the first job's result
+    made = PixelCache(filled, "bench", key, source).shard_path(0, ROWS)
+    stats: dict = {}
+    result: list = []
+    second = threading.Thread(
+        target=lambda: result.append(
+            embed_rows(model, "image", source, 0, ROWS, settings(tmp_path / "shared"), stats)
+        )
+    )
+    with cache.filling(0, ROWS):  # the first job holds the shard while it decodes
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive() and "pixel_cache" not in stats  # waiting, not decoding
+        shutil.copyfile(made, cache.shard_path(0, ROWS))
+    second.join(timeout=60)
+    assert stats["pixel_cache"].startswith("hit after waiting")
+    reference = reference_image_embeddings(model, images, batch_size=4)
+    assert np.array_equal(result[0][1], reference)
 
 
 def test_geometry_key_separates_what_changes_pixels() -> None:

@@ -4,7 +4,10 @@ One directory per (benchmark, geometric transform, prepared source file); one fi
 ``<root>/<benchmark>/<geometry key>-<source fingerprint>/rows-<start>-<stop>-<digest>.npy``
 (the digest of the rows' content, from the shard plan) holding a uint8 array (rows, height,
 width, 3). A shard appears under its final name only when complete; until then it is a
-``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer.
+``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer. A job that
+finds a shard missing takes the shard's fill lock (``.rows-...npy.lock``) before decoding: a
+second job that needs the same shard meanwhile waits for it and then reads the finished shard,
+so images are decoded once even when several models' jobs start together.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import hashlib
 import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,6 +80,32 @@ class PixelCache:
         if pixels.ndim != 4 or pixels.shape[0] != stop - start or pixels.dtype != np.uint8:
             return None
         return pixels
+
+    @contextlib.contextmanager
+    def filling(self, start: int, stop: int) -> Iterator[float]:
+        """Hold the right to fill rows [start, stop); yields the seconds spent waiting for
+        another process that held it. The lock file lives only while held: its holder removes
+        it before letting go, and a waiter that wakes on a removed one takes a fresh one.
+        Without file locks (some network file systems) nobody waits: concurrent fillers then
+        decode the same rows, and the last rename wins."""
+        path = self.shard_path(start, stop)
+        lock = path.with_name(f".{path.name}.lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        began = time.perf_counter()
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                break  # no locks here
+            if _same_file(fd, lock):
+                break
+            os.close(fd)
+        try:
+            yield time.perf_counter() - began
+        finally:
+            lock.unlink(missing_ok=True)
+            os.close(fd)
 
     def describe(self, geometry: dict[str, Any]) -> None:
         """Write a human-readable note of the geometry this directory holds (once)."""

@@ -112,27 +112,56 @@ def image_input_batches(
     settings: EmbedSettings,
     stats: dict[str, Any],
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """Model-ready float32 batches of rows [start, stop): from the pixel cache or by decoding."""
+    """Model-ready float32 batches of rows [start, stop): from the pixel cache or by decoding.
+
+    On a cache miss the job takes the shard's fill lock first: if another job is decoding the
+    same rows, this one waits and reads them from the cache instead of decoding them again.
+    """
     pipeline = ImagePipeline.from_model(model)
     stats["pixel_geometry"] = pipeline.summary
-    cache = None
-    if settings.pixel_cache and pipeline.cacheable:
-        key = pipeline.geometry_key(settings.draft_decode)
-        stats["geometry_key"] = key
-        cache = PixelCache(
-            settings.pixel_cache_dir, settings.benchmark, key, source, settings.rows_digest
-        )
+    if not (settings.pixel_cache and pipeline.cacheable):
+        stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
+        yield from _decoded_batches(model, pipeline, source, start, stop, settings, None)
+        return
+    key = pipeline.geometry_key(settings.draft_decode)
+    stats["geometry_key"] = key
+    cache = PixelCache(
+        settings.pixel_cache_dir, settings.benchmark, key, source, settings.rows_digest
+    )
+    cached = cache.load(start, stop)
+    if cached is not None:
+        stats["pixel_cache"] = f"hit: {cache.shard_path(start, stop)}"
+        yield from _cached_model_inputs(pipeline, cached, settings.batch_size)
+        return
+    with cache.filling(start, stop) as waited:
         cached = cache.load(start, stop)
         if cached is not None:
-            stats["pixel_cache"] = f"hit: {cache.shard_path(start, stop)}"
-            for pixels in _cached_batches(cached, settings.batch_size):
-                yield len(pixels), pipeline.to_model_input(pixels)
+            stats["pixel_cache"] = (
+                f"hit after waiting {waited:.1f} s for another job: {cache.shard_path(start, stop)}"
+            )
+            yield from _cached_model_inputs(pipeline, cached, settings.batch_size)
             return
         stats["pixel_cache"] = f"miss: wrote {cache.shard_path(start, stop)}"
-    elif settings.pixel_cache:
-        stats["pixel_cache"] = f"off: {pipeline.reason}"
-    else:
-        stats["pixel_cache"] = "off"
+        yield from _decoded_batches(model, pipeline, source, start, stop, settings, cache)
+
+
+def _cached_model_inputs(
+    pipeline: ImagePipeline, pixels: np.ndarray, batch_size: int
+) -> Iterator[tuple[int, torch.Tensor]]:
+    for batch in _cached_batches(pixels, batch_size):
+        yield len(batch), pipeline.to_model_input(batch)
+
+
+def _decoded_batches(
+    model: EmbeddingModel,
+    pipeline: ImagePipeline,
+    source: Path,
+    start: int,
+    stop: int,
+    settings: EmbedSettings,
+    cache: PixelCache | None,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Decode rows [start, stop) (filling `cache`'s shard when given) into model inputs."""
     dataset = ImageChunks(
         source,
         plan_chunks(source, start, stop, settings.batch_size),
@@ -154,7 +183,7 @@ def image_input_batches(
             yield len(item["pixels"]), pipeline.to_model_input(item["pixels"])
         success = True
     finally:
-        if writer is not None and writer.close(success):
+        if writer is not None and cache is not None and writer.close(success):
             cache.describe(
                 {
                     "benchmark": settings.benchmark,
