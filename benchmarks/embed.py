@@ -474,7 +474,10 @@ def bench_gpu_regime(
     out: dict[str, Any] = {"pairs": pairs, "workers": workers, "batch_size": batch}
     for count in model_counts:
         chosen = {key: checkpoints[key] for key in keys[:count]}
-        config = workflow_config(work / "hub", chosen, batch, workers, names, config_dir)
+        # One decode worker per job, one thread: two jobs at once on two cores.
+        config = workflow_config(
+            work / "hub", chosen, batch, workers, names, config_dir, threads=1
+        )
         samples = []
         run_dir, clip_dir = work / f"g-vlbench-{count}", work / f"g-clip-{count}"
         for clip_first in (False, True):
@@ -501,7 +504,7 @@ def bench_gpu_regime(
     extra = keys[3]
     four = {key: checkpoints[key] for key in keys[:4]}
     added = run_vlbench(run_dir, workflow_config(work / "hub", four, batch, workers, names,
-                                                 config_dir), fresh=False)  # fmt: skip
+                                                 config_dir, threads=1), fresh=False)  # fmt: skip
     alone, theirs = run_clip_benchmark(
         work / "wds", {extra: checkpoints[extra]}, batch, workers, work / "g-clip-added",
         names, config_dir,
