@@ -13,8 +13,8 @@ from scipy import stats
 from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
 
 from vlbench.errors import VlbenchError
-from vlbench.report.paper_layouts import LAYOUTS
-from vlbench.report.paper_tables import build_paper_table, layouts_for, wilson_low
+from vlbench.report.paper_layouts import LAYOUTS, layouts_for
+from vlbench.report.paper_tables import build_paper_table, wilson_low
 from vlbench.report.reference import (
     ReferenceMap,
     read_map,

@@ -25,7 +25,7 @@ from vlbench.paths import (
     synthetic_source,
 )
 from vlbench.protocols import DIRECTIONS
-from vlbench.report.paper_tables import layouts_for
+from vlbench.report.paper_layouts import layouts_for
 from vlbench.report.reference import read_map
 from vlbench.workflow.checks import (
     check_model_keys,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vlbench.report.reference import ReferenceMap
 
 I2T, T2I = "image_to_text", "text_to_image"
 
@@ -203,3 +208,9 @@ LAYOUTS = {
         CLIP_TABLE13,
     )
 }
+
+
+def layouts_for(benchmark_keys: Iterable[str], mapping: ReferenceMap) -> list[PaperLayout]:
+    """The paper tables that at least one configured benchmark key contributes to."""
+    references = {mapping.benchmark(key).reference for key in benchmark_keys}
+    return [layout for layout in LAYOUTS.values() if layout.benchmarks & references]

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from vlbench.errors import VlbenchError
-from vlbench.report.paper_layouts import LAYOUTS, Column, PaperLayout
+from vlbench.report.paper_layouts import Column, PaperLayout
 from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
 
 # Printed cells carry one or two decimals, so a printed mean may differ from the mean of the
@@ -155,12 +155,6 @@ def _published_columns(
         )
         for column in layout.columns
     ]
-
-
-def layouts_for(benchmark_keys: Iterable[str], mapping: ReferenceMap) -> list[PaperLayout]:
-    """The paper tables that at least one configured benchmark key contributes to."""
-    references = {mapping.benchmark(key).reference for key in benchmark_keys}
-    return [layout for layout in LAYOUTS.values() if layout.benchmarks & references]
 
 
 def _reference_models(layout: PaperLayout, values: Iterable[PublishedValue]) -> list[str]:
