@@ -13,6 +13,8 @@ with rule_log(snakemake.log[0]) as log:
         local_dir=snakemake.params.local_dir or None,
         out_dir=Path(snakemake.output.images).parent,
         settings=dict(snakemake.params.settings),
+        # A speed knob (prepare.threads, RUN_TIME_KEYS): the rule's threads, not a param.
+        threads=snakemake.threads,  # after --set-threads and the --cores cap
     )
     log.info(
         "prepared %d images, %d texts, %d judgements (%d images skipped)",

@@ -9,7 +9,7 @@ import pytest
 from workflow_helpers import REPO, SCHEMA, synthetic_benchmark, tiny_model, validate
 
 from vlbench.cli import build_parser
-from vlbench.config import SCHEMA_PATH, schema_defaults
+from vlbench.config import RUN_TIME_KEYS, SCHEMA_PATH, result_keys, schema_defaults
 from vlbench.embedding.shards import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
@@ -174,3 +174,34 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     assert (score.confidence, score.bootstrap_samples, score.seed) == tuple(
         filled["metrics"][key] for key in ("confidence", "bootstrap_samples", "seed")
     )
+
+
+def readme_rows(section: str) -> dict[str, list[str]]:
+    """The key rows of a section of config/README.md: key -> its cells."""
+    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    body = text.split(f"<!-- section:{section} -->", 1)[1].split(f"<!-- end:{section} -->", 1)[0]
+    rows = {}
+    for line in body.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 3:
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+@pytest.mark.parametrize("section", ["prepare", "embedding", "ranking", "metrics", "tables"])
+def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
+    assert set(readme_rows(section)) == set(schema_defaults(section))
+
+
+def test_run_time_keys_rerun_nothing_and_are_no_params() -> None:
+    filled = validate(minimal())
+    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    nothing = text.split("- **nothing**:", 1)[1].split("\n- ", 1)[0]
+    for section, keys in RUN_TIME_KEYS.items():
+        rows = readme_rows(section)
+        for key in keys:
+            assert key in schema_defaults(section), f"{section}.{key}"
+            assert rows[key][-1] == "nothing", f"{section}.{key}"
+            assert f"`{section}.{key}`" in nothing, f"{section}.{key}"
+        assert set(result_keys(filled, section)) == set(filled[section]) - set(keys)
+    assert filled["prepare"] == {"threads": 2}

@@ -18,6 +18,7 @@ from vlbench.errors import VlbenchError
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
     "embedding": ("threads", "num_workers", "pixel_cache"),
+    "prepare": ("threads",),
     "ranking": ("block_mb",),
 }
 
@@ -40,7 +41,8 @@ SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """Read the YAML JSON-schema file."""
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        # The schema is ours (no duplicate-key check needed): libyaml's loader when present.
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @functools.cache

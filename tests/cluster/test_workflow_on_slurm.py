@@ -1,7 +1,8 @@
 """The vlbench workflow through profiles/slurm-ci on a real single-node SLURM cluster.
 
 One run of the shared demo config (synthetic benchmark, seeded random weights, two embedding
-shards per modality so four GPU jobs compete for the cluster's two fake GPUs) checks that
+shards per modality: two GPU jobs, each embedding shard k of both modalities, on the cluster's
+two fake GPUs at once) checks that
 
 * every job outside the workflow's `localrules` was submitted with sbatch, finished COMPLETED in
   SLURM and ran its rule inside the allocation (the job's own SLURM log), while the declared light
@@ -100,9 +101,12 @@ def visible_devices_seen(workdir: Path, job: PlannedJob, slurm_id: str) -> set[s
     for output in job.files("output"):
         if output.endswith(".json") and (workdir / output).is_file():
             record = json.loads((workdir / output).read_text())
-            if "cuda_visible_devices" in record:
-                assert record.get("slurm_job_id") == slurm_id, (output, record)
-                seen.add(str(record["cuda_visible_devices"]))
+            # A shard job's record holds each modality's shard provenance.
+            shards = [done["provenance"] for done in record.get("modalities", {}).values()]
+            for shard in shards or [record]:
+                if "cuda_visible_devices" in shard:
+                    assert shard.get("slurm_job_id") == slurm_id, (output, shard)
+                    seen.add(str(shard["cuda_visible_devices"]))
     for log in job.files("log"):
         if (workdir / log).is_file():
             seen.update(VISIBLE.findall((workdir / log).read_text()))
@@ -183,7 +187,7 @@ def test_workflow_on_slurm_matches_a_local_run(
 
     # GPU jobs with overlapping allocations saw different devices.
     gpu_jobs = [job for job in remote if job.uses_gpu]
-    assert len(gpu_jobs) >= 4, [job.rule for job in remote]
+    assert len(gpu_jobs) >= 2, [job.rule for job in remote]
     devices, windows = {}, {}
     for job in gpu_jobs:
         slurm_id = slurm_ids[job.jobid]

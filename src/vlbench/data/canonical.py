@@ -2,8 +2,9 @@
 
 A prepared benchmark is a directory ``results/data/<benchmark>/`` with:
 
-- ``images.parquet``: ``image_id`` (string, unique), ``image`` (encoded bytes),
-  ``group`` (string or null: a class or taxon the image belongs to)
+- ``images.parquet``: ``image_id`` (string, unique), ``image`` (encoded bytes, stored as is:
+  no parquet compression or dictionary), ``group`` (string or null: a class or taxon the image
+  belongs to)
 - ``texts.parquet``: ``text_id`` (string, unique), ``text`` (string, exactly what the model
   tokenizes), ``group`` (string or null: the class, taxon or query group of the text)
 - ``qrels.parquet``: ``image_id``, ``text_id``, ``relevance`` (int32; > 0 relevant, 0 judged

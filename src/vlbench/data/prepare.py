@@ -52,11 +52,14 @@ def prepare_benchmark(
     out_dir: str | Path,
     settings: dict[str, Any] | None = None,
     cache_dir: str | Path | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
     """Locate the source (downloading pinned hub files if needed), read, validate and write it.
 
     `settings` are the benchmark's protocol options (text_type, templates, prompt_prefix,
-    image_policy). Returns the benchmark.json content.
+    image_policy). `threads` images are checked for decodability at once (the job's
+    Snakemake threads, config key prepare.threads); the output does not depend on it.
+    Returns the benchmark.json content.
     """
     settings = settings or {}
     protocol_record(protocol)  # an unknown protocol is a one-line error
@@ -86,6 +89,7 @@ def prepare_benchmark(
             image_policy=settings.get("image_policy", "fail"),
             expected=source.get("expected"),
             where=f"benchmarks.{benchmark}",
+            threads=threads,
         )
     except UNREADABLE as exc:
         raise VlbenchError(f"{where}: cannot read {root} ({type(exc).__name__}: {exc})") from exc

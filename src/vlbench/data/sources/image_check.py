@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import io
+import re
 
 from PIL import Image
+
+# PIL names the stream object in some messages ("cannot identify image file <_io.BytesIO object
+# at 0x7f...>"): the address would make the recorded reason differ from run to run.
+STREAM_REPR = re.compile(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
 
 DRAFT_SIZE = (64, 64)
 
@@ -19,5 +24,6 @@ def decode_error(data: bytes) -> str | None:
                 image.draft("RGB", DRAFT_SIZE)
             image.load()
     except Exception as exc:  # PIL raises many types for corrupt data
-        return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        reason = STREAM_REPR.sub("the image bytes", f"{type(exc).__name__}: {exc}")
+        return reason.splitlines()[0][:200]
     return None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ import pyarrow.parquet as pq
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.sources.image_check import decode_error
-from vlbench.data.sources.records import Candidates, SourceData
+from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.data.sources.validate import (
     check_candidates,
     check_count,
@@ -27,12 +30,82 @@ from vlbench.protocols import protocol as protocol_record
 
 ROW_GROUP_ROWS = 256
 IMAGE_POLICIES = ("fail", "skip")
+# Images read ahead and checked per thread: enough to keep the threads busy while the source
+# reads a batch or a row group is written (bursts of ~0.2 s), few enough that only a small
+# window of encoded images is held besides the row group being filled. The window also stops
+# growing past CHECK_WINDOW_BYTES of encoded images (but always holds one image per thread).
+CHECK_WINDOW_PER_THREAD = 32
+CHECK_WINDOW_BYTES = 64 * 2**20
+# Encoded images are already compressed (JPEG, PNG, WebP): the image column is stored as is,
+# without compression or a dictionary (which would hash every image); the small columns keep
+# parquet's defaults. The schema is IMAGES_SCHEMA either way.
+IMAGE_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": {"image_id": "snappy", "image": "none", "group": "snappy"},
+    "use_dictionary": ["image_id", "group"],
+}
+
+# One image in source order: its record, its encoded bytes, and why it is left out (None: kept).
+Checked = tuple[ImageRecord, bytes, str | None]
+
+
+def _read_images(data: SourceData, where: str, seen: set[str]) -> Iterator[Checked]:
+    """Each image in source order with its bytes, or with the reason it cannot be read."""
+    for record in data.images:
+        if record.image_id in seen:
+            raise VlbenchError(f"{record.where or where}: duplicate image id {record.image_id!r}")
+        seen.add(record.image_id)
+        try:
+            encoded = record.read()
+        except (OSError, KeyError, VlbenchError) as exc:
+            yield record, b"", f"unreadable: {exc}"
+            continue
+        yield record, encoded, None
+
+
+def _decode_checked(images: Iterator[Checked], threads: int) -> Iterator[Checked]:
+    """`images` in the same order, each readable one checked for decodability.
+
+    With more than one thread, the images are decoded in a thread pool (PIL releases the GIL
+    while decoding) while the caller reads and writes; at most CHECK_WINDOW_PER_THREAD images
+    per thread, or CHECK_WINDOW_BYTES of them (yet one per thread), are held at once.
+    """
+    if threads <= 1:
+        for record, encoded, reason in images:
+            yield record, encoded, reason or decode_error(encoded)
+        return
+    window: deque[tuple[ImageRecord, bytes, str | None, Future[str | None] | None]] = deque()
+    held = 0  # encoded bytes in the window
+
+    def settle() -> Checked:
+        nonlocal held
+        record, encoded, reason, check = window.popleft()
+        held -= len(encoded)
+        return record, encoded, reason if check is None else check.result()
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="decode-check")
+    try:
+        for record, encoded, reason in images:
+            check = None if reason else pool.submit(decode_error, encoded)
+            window.append((record, encoded, reason, check))
+            held += len(encoded)
+            while len(window) >= threads * CHECK_WINDOW_PER_THREAD or (
+                held >= CHECK_WINDOW_BYTES and len(window) > threads
+            ):
+                yield settle()
+        while window:
+            yield settle()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _stream_images(
-    data: SourceData, writer: pq.ParquetWriter, where: str
+    data: SourceData, writer: pq.ParquetWriter, where: str, threads: int = 1
 ) -> tuple[int, list[tuple[str, str]], list[str]]:
-    """Write decodable images in row groups; return (seen, [(bad id, reason)], written ids)."""
+    """Write decodable images in row groups; return (seen, [(bad id, reason)], written ids).
+
+    `threads` images are checked for decodability at once; the order, the ids and the reasons
+    are those of a one-thread check.
+    """
     seen: set[str] = set()
     bad: list[tuple[str, str]] = []
     written: list[str] = []
@@ -44,25 +117,18 @@ def _stream_images(
             for column in batch.values():
                 column.clear()
 
-    for record in data.images:
-        if record.image_id in seen:
-            raise VlbenchError(f"{record.where or where}: duplicate image id {record.image_id!r}")
-        seen.add(record.image_id)
-        try:
-            encoded = record.read()
-        except (OSError, KeyError, VlbenchError) as exc:
-            bad.append((record.image_id, f"unreadable: {exc}"))
-            continue
-        reason = decode_error(encoded)
-        if reason:
-            bad.append((record.image_id, reason))
-            continue
-        batch["image_id"].append(record.image_id)
-        batch["image"].append(encoded)
-        batch["group"].append(record.group)
-        written.append(record.image_id)
-        if len(batch["image_id"]) >= ROW_GROUP_ROWS:
-            flush()
+    checked = _decode_checked(_read_images(data, where, seen), threads)
+    with contextlib.closing(checked):
+        for record, encoded, reason in checked:
+            if reason:
+                bad.append((record.image_id, reason))
+                continue
+            batch["image_id"].append(record.image_id)
+            batch["image"].append(encoded)
+            batch["group"].append(record.group)
+            written.append(record.image_id)
+            if len(batch["image_id"]) >= ROW_GROUP_ROWS:
+                flush()
     flush()
     return len(seen), bad, written
 
@@ -115,13 +181,15 @@ def write_canonical(
     image_policy: str = "fail",
     expected: dict[str, int] | None = None,
     where: str = "benchmark",
+    threads: int = 1,
 ) -> dict[str, Any]:
     """Validate and write images/texts/qrels/candidates parquet plus benchmark.json.
 
     Undecodable images fail the run (policy "fail") or are left out and recorded ("skip").
     `expected` holds row counts known for the pinned source ("images", "texts"), compared
     with what the source holds before anything is skipped. Nothing appears under `out_dir`
-    unless every check passes. Returns the benchmark.json content.
+    unless every check passes. `threads` images are checked for decodability at once (the
+    output does not depend on it). Returns the benchmark.json content.
     """
     if image_policy not in IMAGE_POLICIES:
         raise VlbenchError(f"{where}: image_policy must be one of {', '.join(IMAGE_POLICIES)}")
@@ -130,8 +198,8 @@ def write_canonical(
     check_count(len(data.texts), expected.get("texts"), "texts", where)
     with contextlib.ExitStack() as stack:
         images_tmp = stack.enter_context(atomic_path(out_dir / MODALITY_FILES["image"]))
-        with pq.ParquetWriter(images_tmp, IMAGES_SCHEMA) as writer:
-            n_source, bad, written = _stream_images(data, writer, where)
+        with pq.ParquetWriter(images_tmp, IMAGES_SCHEMA, **IMAGE_WRITE_OPTIONS) as writer:
+            n_source, bad, written = _stream_images(data, writer, where, threads)
         if n_source == 0:
             raise VlbenchError(f"{where}: the benchmark has no images")
         check_count(n_source, expected.get("images"), "images", where)
