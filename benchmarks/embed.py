@@ -171,11 +171,11 @@ def write_canonical(directory: Path, images: list[bytes], captions: list[str]) -
     )
 
 
-def save_checkpoints(directory: Path) -> dict[str, Path]:
+def save_checkpoints(directory: Path, names: dict[str, str] = MODELS) -> dict[str, Path]:
     """Seeded random weights of each model, saved as open_clip state dicts."""
     paths = {}
     directory.mkdir(parents=True, exist_ok=True)
-    for seed, (key, name) in enumerate(MODELS.items()):
+    for seed, (key, name) in enumerate(names.items()):
         path = directory / f"{key}.pt"
         if not path.is_file():
             torch.manual_seed(seed)
@@ -435,7 +435,7 @@ def save_cheap_models(directory: Path, count: int) -> tuple[dict[str, Path], dic
     is a few milliseconds per batch, so decoding and start-up decide the wall time.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    names, checkpoints = {}, {}
+    names = {}
     for width in CHEAP_WIDTHS[:count]:
         name = f"vlbench-cheap-{width}"
         config = {
@@ -448,14 +448,7 @@ def save_cheap_models(directory: Path, count: int) -> tuple[dict[str, Path], dic
         (directory / f"{name}.json").write_text(json.dumps(config, indent=1))
         names[f"cheap-{width}"] = name
     open_clip.add_model_config(directory)
-    for seed, (key, name) in enumerate(names.items()):
-        path = directory / f"{key}.pt"
-        if not path.is_file():
-            torch.manual_seed(seed)
-            model = open_clip.create_model(name, pretrained=None, device="cpu")
-            torch.save(model.state_dict(), path)
-        checkpoints[key] = path
-    return checkpoints, names
+    return save_checkpoints(directory, names), names
 
 
 def bench_gpu_regime(
@@ -475,9 +468,7 @@ def bench_gpu_regime(
     for count in model_counts:
         chosen = {key: checkpoints[key] for key in keys[:count]}
         # One decode worker per job, one thread: two jobs at once on two cores.
-        config = workflow_config(
-            work / "hub", chosen, batch, workers, names, config_dir, threads=1
-        )
+        config = workflow_config(work / "hub", chosen, batch, workers, names, config_dir, threads=1)
         samples = []
         run_dir, clip_dir = work / f"g-vlbench-{count}", work / f"g-clip-{count}"
         for clip_first in (False, True):
