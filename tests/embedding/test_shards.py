@@ -8,15 +8,26 @@ import os
 from pathlib import Path
 
 import numpy as np
+import open_clip
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from embed_support import reference_image_embeddings, tiny_model, write_images, write_texts
+import torch
+from embed_support import (
+    TINY_CONFIG,
+    reference_image_embeddings,
+    tiny_model,
+    write_images,
+    write_texts,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
 from vlbench import atomic
+from vlbench.data.canonical import TEXTS_SCHEMA
 from vlbench.embedding import shards as embed_shards
 from vlbench.embedding.matrices import embed_modality_sharded
+from vlbench.embedding.models import EmbeddingModel, register_model_config
 from vlbench.embedding.shard_files import (
     gather_shards,
     load_embeddings,
@@ -297,3 +308,39 @@ def test_gather_refuses_a_shard_stored_for_other_content(
         stored_shards(tmp_path, "text", {"shard-00000": "t1"}, identity)
     with pytest.raises(VlbenchError, match=r"delete .*shards/shard-00000\.json"):
         stored_shards(tmp_path, "image", {"shard-00000": "i0"}, {**identity, "model": {}})
+
+
+def wide_text_model(tmp_path: Path) -> EmbeddingModel:
+    """The tiny architecture with a 512-wide text tower: wide enough that a text's embedding
+    depends, in the last bits, on the batch it is encoded in (as for real CLIP towers)."""
+    config = json.loads(TINY_CONFIG.read_text())
+    config["text_cfg"].update(width=512, heads=8, layers=1)
+    (tmp_path / "vlbench-wide-text.json").write_text(json.dumps(config))
+    register_model_config("vlbench-wide-text", tmp_path / "vlbench-wide-text.json")
+    torch.manual_seed(0)
+    net = open_clip.create_model("vlbench-wide-text", pretrained=None, device="cpu").eval()
+    tokenizer = open_clip.get_tokenizer("vlbench-wide-text")
+    return EmbeddingModel(net, None, tokenizer, torch.device("cpu"), "fp32")
+
+
+def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_path: Path) -> None:
+    """Duplicated captions of different lengths spread over batches of different sizes (the
+    trimmed encoder groups a batch by length): every copy gets the one row of its text."""
+    base = [f"caption {n} " + "of a stained section " * (n % 5) for n in range(23)]
+    texts = base + base[::2] + base[1:9]  # copies land in other batches, next to other texts
+    ids = [f"txt-{row:04d}" for row in range(len(texts))]
+    source = tmp_path / "texts.parquet"
+    nulls = pa.nulls(len(texts), pa.string())
+    pq.write_table(pa.table([ids, texts, nulls], schema=TEXTS_SCHEMA), source, row_group_size=7)
+    model = wide_text_model(tmp_path)
+    first = [texts.index(text) for text in texts]
+    # Encoded row by row in file order, some copies come out different: the fixture is sharp.
+    batched = np.concatenate([model.encode_texts(texts[i : i + 5]) for i in range(0, 54, 5)])
+    assert not np.array_equal(batched, batched[first])
+    stats: dict = {}
+    settings = EmbedSettings.from_config("bench", batch_size=5)
+    got_ids, matrix = embed_shards.embed_rows(model, "text", source, 0, len(texts), settings, stats)
+    assert got_ids == ids and stats["distinct_texts"] == len(base)
+    assert np.array_equal(matrix, matrix[first])
+    distinct = np.concatenate([model.encode_texts(base[i : i + 5]) for i in range(0, 23, 5)])
+    assert np.array_equal(matrix[: len(base)], distinct)

@@ -234,6 +234,30 @@ def text_batches(source: Path, start: int, stop: int, batch_size: int) -> Iterat
         yield pending
 
 
+def encode_distinct_texts(
+    model: EmbeddingModel,
+    texts: Sequence[str],
+    batch_size: int,
+    trim_padding: bool,
+    progress: Callable[[int], object] = lambda count: None,
+) -> tuple[np.ndarray, int]:
+    """Encode each distinct text once (first-seen order, in batches) and give every copy that
+    row: identical texts get identical embeddings whatever batches they fall in, so the exact
+    tie policies hold for duplicated captions and prompts. Returns the rows and the count of
+    distinct texts."""
+    first: dict[str, int] = {}
+    rows = np.fromiter(
+        (first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts)
+    )
+    distinct = list(first)
+    encoded = []
+    for begin in range(0, len(distinct), batch_size):
+        encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        progress(min(batch_size, len(distinct) - begin))
+    progress(len(texts) - len(distinct))  # the copies, given their rows without encoding
+    return np.concatenate(encoded)[rows], len(distinct)
+
+
 def embed_rows(
     model: EmbeddingModel,
     modality: str,
@@ -261,9 +285,12 @@ def embed_rows(
                 chunks.append(model.encode_images(inputs))
                 progress.update(count)
         else:
-            for texts in text_batches(source, start, stop, settings.batch_size):
-                chunks.append(model.encode_texts(texts, settings.trim_text_padding))
-                progress.update(len(texts))
+            texts = [text for batch in text_batches(source, start, stop, 4096) for text in batch]
+            matrix, distinct = encode_distinct_texts(
+                model, texts, settings.batch_size, settings.trim_text_padding, progress.update
+            )
+            stats["distinct_texts"] = distinct
+            chunks.append(matrix)
     matrix = np.concatenate(chunks)
     if len(matrix) != len(ids):
         raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
