@@ -11,7 +11,12 @@ from embed_support import tiny_model, write_images, write_texts
 
 from vlbench.data.canonical import IMAGES_SCHEMA
 from vlbench.embedding.image_transform import ImagePipeline
-from vlbench.embedding.loader import ImageChunks, plan_chunks, read_id_range, stream_image_chunks
+from vlbench.embedding.loader import (
+    ImageChunks,
+    plan_chunks,
+    read_column_range,
+    stream_image_chunks,
+)
 from vlbench.errors import VlbenchError
 
 
@@ -32,8 +37,8 @@ def test_chunks_stay_inside_row_groups_and_cover_the_range(tmp_path: Path) -> No
 def test_id_ranges_read_only_what_is_asked(tmp_path: Path) -> None:
     source = tmp_path / "texts.parquet"
     write_texts(source, 23, row_group_size=7)
-    assert read_id_range(source, "text_id", 6, 15) == [f"txt-{row:04d}" for row in range(6, 15)]
-    assert read_id_range(source, "text_id", 22, 23) == ["txt-0022"]
+    assert read_column_range(source, "text_id", 6, 15) == [f"txt-{row:04d}" for row in range(6, 15)]
+    assert read_column_range(source, "text_id", 22, 23) == ["txt-0022"]
 
 
 def test_streamed_chunks_hold_uint8_pixels_in_file_order(tmp_path: Path) -> None:

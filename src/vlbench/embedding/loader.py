@@ -46,19 +46,20 @@ def plan_chunks(source: str | Path, start: int, stop: int, batch_size: int) -> l
     return chunks
 
 
-def read_id_range(source: str | Path, id_column: str, start: int, stop: int) -> list[str]:
-    """The ids of global rows [start, stop), reading only the row groups that hold them."""
+def read_column_range(source: str | Path, column: str, start: int, stop: int) -> list[Any]:
+    """One column's values of global rows [start, stop) (ids, captions), reading only the row
+    groups that hold them."""
     parquet = pq.ParquetFile(source)
-    ids: list[str] = []
+    values: list[Any] = []
     first = 0
     for group in range(parquet.metadata.num_row_groups):
         rows = parquet.metadata.row_group(group).num_rows
         low, high = max(start, first), min(stop, first + rows)
         if low < high:
-            column = parquet.read_row_group(group, columns=[id_column]).column(id_column)
-            ids.extend(column.slice(low - first, high - low).to_pylist())
+            chunk = parquet.read_row_group(group, columns=[column]).column(column)
+            values.extend(chunk.slice(low - first, high - low).to_pylist())
         first += rows
-    return ids
+    return values
 
 
 def decode_image(

@@ -86,13 +86,6 @@ def read_shard_plan(path: str | Path) -> dict[str, Any]:
         return json.load(handle)
 
 
-def shard_digest(plan_path: str | Path, shard: str) -> str:
-    """The content digest of one shard of a plan ("" when the plan is not written yet)."""
-    if not Path(plan_path).is_file():
-        return ""
-    return read_shard_plan(plan_path).get("digests", {}).get(shard, "")
-
-
 def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
     """What a shard's numbers depend on: its rows' content digest and the model's identity
     (spec, user files' fingerprint, the embedding settings that change results)."""

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
@@ -29,7 +28,7 @@ from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import (
     ImageChunks,
     plan_chunks,
-    read_id_range,
+    read_column_range,
     stream_image_chunks,
 )
 from vlbench.embedding.models import EmbeddingModel
@@ -99,11 +98,6 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
 
 
-def _cached_batches(pixels: np.ndarray, batch_size: int) -> Iterator[torch.Tensor]:
-    for begin in range(0, len(pixels), batch_size):
-        yield torch.from_numpy(np.array(pixels[begin : begin + batch_size]))
-
-
 def image_input_batches(
     model: EmbeddingModel,
     source: Path,
@@ -148,7 +142,8 @@ def image_input_batches(
 def _cached_model_inputs(
     pipeline: ImagePipeline, pixels: np.ndarray, batch_size: int
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    for batch in _cached_batches(pixels, batch_size):
+    for begin in range(0, len(pixels), batch_size):
+        batch = torch.from_numpy(np.array(pixels[begin : begin + batch_size]))
         yield len(batch), pipeline.to_model_input(batch)
 
 
@@ -215,25 +210,6 @@ def rebatch(items: Iterator[dict[str, Any]], batch_size: int) -> Iterator[dict[s
         yield {key: torch.cat(pending) if len(pending) > 1 else pending[0]}
 
 
-def text_batches(source: Path, start: int, stop: int, batch_size: int) -> Iterator[list[str]]:
-    """Captions of rows [start, stop) in batches, reading only the row groups that hold them."""
-    parquet = pq.ParquetFile(source)
-    first = 0
-    pending: list[str] = []
-    for group in range(parquet.metadata.num_row_groups):
-        rows = parquet.metadata.row_group(group).num_rows
-        low, high = max(start, first), min(stop, first + rows)
-        if low < high:
-            column = parquet.read_row_group(group, columns=["text"]).column("text")
-            pending.extend(column.slice(low - first, high - low).to_pylist())
-            while len(pending) >= batch_size:
-                yield pending[:batch_size]
-                pending = pending[batch_size:]
-        first += rows
-    if pending:
-        yield pending
-
-
 def encode_distinct_texts(
     model: EmbeddingModel,
     texts: Sequence[str],
@@ -269,7 +245,7 @@ def embed_rows(
 ) -> tuple[list[str], np.ndarray]:
     """Embed rows [start, stop) of a canonical parquet: ids and L2-normalised float32 rows."""
     stats = {} if stats is None else stats
-    ids = read_id_range(source, ID_COLUMNS[modality], start, stop)
+    ids = read_column_range(source, ID_COLUMNS[modality], start, stop)
     if len(ids) != stop - start:
         raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
     chunks: list[np.ndarray] = []
@@ -285,7 +261,7 @@ def embed_rows(
                 chunks.append(model.encode_images(inputs))
                 progress.update(count)
         else:
-            texts = [text for batch in text_batches(source, start, stop, 4096) for text in batch]
+            texts = read_column_range(source, "text", start, stop)
             matrix, distinct = encode_distinct_texts(
                 model, texts, settings.batch_size, settings.trim_text_padding, progress.update
             )
