@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import yaml
 from workflow_helpers import copy_of_run, run_workflow
 
 STEM = "results/embeddings/tiny/demo"
@@ -67,3 +69,28 @@ def test_rerun_after_a_kill_recomputes_only_the_missing_shard(
     log = (workdir / "logs" / "embed_shard" / "tiny" / "demo" / "shard-00001.log").read_text()
     assert "text rows 20-40: stored shard reused" in log
     assert "image rows 20-40" in log and "pixel cache hit" in log
+
+
+def test_jobs_in_their_own_process_embed_what_the_warm_worker_embedded(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    """The demo's shard jobs ran in a warm worker's children; the same jobs in their own
+    processes (`worker_idle_seconds: 0`) write byte-identical shards."""
+    workdir = copy_of_run(demo_run, tmp_path)
+    for shard in ("shard-00000", "shard-00001"):
+        log = (demo_run / "logs" / "embed_shard" / "tiny" / "demo" / f"{shard}.log").read_text()
+        assert "a child of warm worker" in log
+    shutil.rmtree(workdir / STEM)
+    shutil.rmtree(workdir / "results" / "pixels")
+    config = workdir / "config.yaml"
+    settings = yaml.safe_load(config.read_text())
+    settings.setdefault("embedding", {})["worker_idle_seconds"] = 0
+    config.write_text(yaml.safe_dump(settings))
+    run_workflow(workdir, config, f"{STEM}/image.npy", f"{STEM}/text.npy", "--cores", "2")
+    for shard in ("shard-00000", "shard-00001"):
+        log = (workdir / "logs" / "embed_shard" / "tiny" / "demo" / f"{shard}.log").read_text()
+        assert "the rule's own process" in log
+    stored = sorted(path.relative_to(demo_run) for path in (demo_run / STEM).rglob("*.npy"))
+    assert len(stored) == 6
+    for path in stored:
+        assert (workdir / path).read_bytes() == (demo_run / path).read_bytes(), path

@@ -1,0 +1,293 @@
+"""Run an embedding job in a warm worker: torch and the model libraries imported once per machine.
+
+On a GPU the forward pass is cheap and a job's own start-up (importing torch, torchvision,
+open_clip and transformers: about 5 s) dominates. So an embedding rule's process stays light: it
+sends its job (a target function and a plain-data payload, plus its stdin/stdout/stderr, working
+directory, environment and umask) over a Unix socket to a warm worker
+(`vlbench.embedding.warm_server`), which forks a child with everything imported; the child runs
+the job exactly as the rule's process would, and its exit status becomes the rule's.
+
+* The first job on a machine starts the worker (a detached process) and waits for it; later jobs
+  connect to it. It exits after `idle_seconds` without a job.
+* A worker serves only jobs that would have imported the very same code: its socket's name is a
+  hash of the Python executable, `sys.path`, the vlbench package's files, the distributions
+  installed on `sys.path` (names and versions) and the environment. Edit the code, upgrade a
+  package or change an environment variable, and the next job starts a new worker (the old one
+  idles out).
+* A job killed by Snakemake closes its socket and the worker kills the job's child (with its
+  decode workers); outputs are written atomically, so nothing finished-looking is left.
+* `idle_seconds: 0`, a job inside a SLURM allocation (a worker started there would die with the
+  allocation) or a worker that cannot start: the job runs in the rule's own process.
+
+This module imports nothing heavy: it is what a rule script imports.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from vlbench.errors import VlbenchError
+
+# Where sockets, locks and logs live: VLBENCH_WORKER_DIR, else the user's runtime folder.
+WORKER_DIR_ENV = "VLBENCH_WORKER_DIR"
+# Set in a job's environment when it runs in a worker's child: the worker's pid.
+WARM_WORKER_ENV = "VLBENCH_WARM_WORKER"
+STARTUP_SECONDS = 120.0
+HEADER = struct.Struct("!Q")
+CODE_SUFFIXES = (".py", ".json", ".yaml")
+INSTALL_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+def worker_dir() -> Path:
+    """This user's private folder for worker sockets (created 0700; refused if not ours)."""
+    configured = os.environ.get(WORKER_DIR_ENV)
+    if configured:
+        directory = Path(configured)
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        directory = Path(os.environ["XDG_RUNTIME_DIR"]) / "vlbench-workers"
+    else:
+        directory = Path("/tmp") / f"vlbench-workers-{os.getuid()}"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise VlbenchError(f"warm worker folder {directory} must be a 0700 folder of this user")
+    return directory
+
+
+def package_dir() -> Path:
+    """The folder of the vlbench package this process imports."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _package_files(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*")):
+        if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts:
+            yield path
+
+
+def installed_distributions(folder: str) -> list[str]:
+    """Names of the installed distributions (with versions) and .pth files in a sys.path folder."""
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    return sorted(name for name in names if name.endswith(INSTALL_SUFFIXES))
+
+
+def worker_key(environ: dict[str, str] | None = None) -> str:
+    """Hash of everything a warm worker's imports depend on (see the module docstring)."""
+    environ = dict(os.environ if environ is None else environ)
+    environ.pop("_", None)  # the shell's last command: differs between otherwise equal jobs
+    digest = hashlib.sha256()
+    root = package_dir()
+    for path in _package_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    context = {
+        "python": sys.executable,
+        "version": sys.version,
+        "path": {entry: installed_distributions(entry) for entry in sys.path},
+        "env": environ,
+    }
+    digest.update(json.dumps(context, sort_keys=True).encode())
+    return digest.hexdigest()[:20]
+
+
+def worker_paths(key: str) -> dict[str, Path]:
+    """Socket, lock, pid and log file of the worker with this key."""
+    base = worker_dir() / f"embed-{key}"
+    return {kind: base.with_suffix(f".{kind}") for kind in ("sock", "lock", "pid", "log")}
+
+
+def run_in_process(target: str, payload: dict[str, Any]) -> None:
+    """Run `module:function` on the payload in this process."""
+    module, _, function = target.partition(":")
+    job: Callable[[dict[str, Any]], None] = getattr(importlib.import_module(module), function)
+    job(payload)
+
+
+def send_message(conn: socket.socket, message: dict[str, Any], fds: list[int] = ()) -> None:
+    """One length-prefixed JSON message, with file descriptors attached to its first byte."""
+    body = json.dumps(message).encode()
+    data = HEADER.pack(len(body)) + body
+    if fds:
+        sent = socket.send_fds(conn, [data], list(fds))
+        conn.sendall(data[sent:])
+    else:
+        conn.sendall(data)
+
+
+def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+    chunks = b""
+    while len(chunks) < size:
+        chunk = conn.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed mid-message")
+        chunks += chunk
+    return chunks
+
+
+def receive_message(conn: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+    """The next message of `send_message` and the descriptors that came with it."""
+    fds: list[int] = []
+    if max_fds:
+        head, fds, _, _ = socket.recv_fds(conn, HEADER.size, max_fds)
+        if not head:
+            raise ConnectionError("connection closed")
+        head += _recv_exactly(conn, HEADER.size - len(head))
+    else:
+        head = _recv_exactly(conn, HEADER.size)
+    (size,) = HEADER.unpack(head)
+    return json.loads(_recv_exactly(conn, size)), fds
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _server_starting(lock_path: Path) -> bool:
+    """Whether a worker holds the lock (it is importing, or serving)."""
+    with open(lock_path, "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def start_server(paths: dict[str, Path], idle_seconds: float) -> subprocess.Popen[bytes]:
+    """Start a detached warm worker that imports the same vlbench package as this process."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(package_dir().parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    command = [sys.executable, "-m", "vlbench.embedding.warm_server"]
+    command += [str(paths["sock"]), "--idle-seconds", str(idle_seconds)]
+    log: BinaryIO
+    with open(paths["log"], "ab") as log:
+        return subprocess.Popen(
+            command,
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+
+def connect_to_worker(key: str, idle_seconds: float) -> socket.socket:
+    """A connection to the worker with this key, starting one if none is running."""
+    paths = worker_paths(key)
+    conn = _connect(paths["sock"])
+    if conn is not None:
+        return conn
+    started = None if _server_starting(paths["lock"]) else start_server(paths, idle_seconds)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        conn = _connect(paths["sock"])
+        if conn is not None:
+            return conn
+        if (
+            started is not None
+            and started.poll() is not None
+            and not _server_starting(paths["lock"])
+        ):
+            raise VlbenchError(
+                f"the warm embedding worker exited with status {started.returncode} before "
+                f"serving (its log: {paths['log']})"
+            )
+        time.sleep(0.05)
+    raise VlbenchError(f"the warm embedding worker did not start in time (its log: {paths['log']})")
+
+
+def _wait_for_exit(conn: socket.socket, log_path: Path) -> int:
+    """The job's exit status as the worker reports it (128 + N for a signal N)."""
+    while True:
+        try:
+            message, _ = receive_message(conn)
+        except ConnectionError:
+            raise VlbenchError(
+                f"the warm embedding worker went away during the job (its log: {log_path})"
+            ) from None
+        if "exit" in message:
+            return int(message["exit"])
+        if "signal" in message:
+            sys.stderr.write(f"the job's process was killed by signal {message['signal']}\n")
+            return 128 + int(message["signal"])
+
+
+def run_in_worker(target: str, payload: dict[str, Any], idle_seconds: float) -> int:
+    """Run `module:function` on the payload in a forked child of the warm worker; its status."""
+    key = worker_key()
+    conn = connect_to_worker(key, idle_seconds)
+    with conn:
+        request = {
+            "target": target,
+            "payload": payload,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": _current_umask(),
+        }
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send_message(conn, request, [0, 1, 2])
+        return _wait_for_exit(conn, worker_paths(key)["log"])
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def stop_workers(directory: Path | None = None) -> list[int]:
+    """Stop every warm worker with a pid file in `directory` (default: `worker_dir()`)."""
+    stopped = []
+    for pid_file in sorted((directory or worker_dir()).glob("embed-*.pid")):
+        try:
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
+        stopped.append(pid)
+    return stopped
+
+
+def run_job(target: str, payload: dict[str, Any], idle_seconds: float) -> None:
+    """Run an embedding job in a warm worker when one can serve it, else in this process.
+
+    Exits with the job's status when the job fails in the worker (its error is already on this
+    process's stderr and in the rule's log).
+    """
+    if idle_seconds <= 0 or os.environ.get("SLURM_JOB_ID"):
+        run_in_process(target, payload)
+        return
+    try:
+        status = run_in_worker(target, payload, idle_seconds)
+    except VlbenchError as error:
+        sys.stderr.write(f"vlbench: {error}; running the job in this process instead\n")
+        run_in_process(target, payload)
+        return
+    if status:
+        raise SystemExit(status)
