@@ -197,12 +197,15 @@ def test_killing_the_client_kills_the_job_and_its_processes(
 
 
 def test_idle_worker_exits_and_a_stale_socket_is_replaced(jobs_dir: Path, tmp_path: Path) -> None:
-    folder = tmp_path / "workers"
-    folder.mkdir(mode=0o700)
+    # A folder deeper than a Unix socket address can name: reached through its descriptor.
+    folder = tmp_path / ("deep-" * 20) / "workers"
+    folder.mkdir(mode=0o700, parents=True)
     out = tmp_path / "facts.json"
     first = run_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)}, idle=1)
     assert first.returncode == 0, first.stderr
     worker = json.loads(out.read_text())["ppid"]
+    assert worker != client_pid(first)
+    assert "running the job in this process" not in first.stderr
     deadline = time.monotonic() + 30
     while alive(worker):
         logs = [path.read_text() for path in folder.glob("*.log")]
@@ -220,7 +223,8 @@ def test_idle_worker_exits_and_a_stale_socket_is_replaced(jobs_dir: Path, tmp_pa
         check=True,
     ).stdout.strip()
     stale = socket.socket(socket.AF_UNIX)
-    stale.bind(str(folder / f"embed-{key}.sock"))
+    with warm_client.socket_address(folder / f"embed-{key}.sock") as address:
+        stale.bind(address)
     stale.close()
     assert (folder / f"embed-{key}.lock").is_file()  # the key the client used
     second = run_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)}, idle=1)

@@ -24,6 +24,7 @@ This module imports nothing heavy: it is what a rule script imports.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import importlib
@@ -48,6 +49,7 @@ WORKER_DIR_ENV = "VLBENCH_WORKER_DIR"
 WARM_WORKER_ENV = "VLBENCH_WARM_WORKER"
 STARTUP_SECONDS = 120.0
 HEADER = struct.Struct("!Q")
+SHORT_ADDRESS = 100  # bytes; a Unix socket address holds at most 107
 CODE_SUFFIXES = (".py", ".json", ".yaml")
 INSTALL_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
@@ -154,10 +156,25 @@ def receive_message(conn: socket.socket, max_fds: int = 0) -> tuple[dict[str, An
     return json.loads(_recv_exactly(conn, size)), fds
 
 
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """An address for `path` that fits a Unix socket's 108 bytes, however deep its folder is
+    (through this process's descriptor of the folder, on Linux)."""
+    if len(os.fsencode(path)) < SHORT_ADDRESS or not Path("/proc/self/fd").is_dir():
+        yield str(path)
+        return
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{path.name}"
+    finally:
+        os.close(folder)
+
+
 def _connect(path: Path) -> socket.socket | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(str(path))
+        with socket_address(path) as address:
+            conn.connect(address)
     except OSError:
         conn.close()
         return None

@@ -32,7 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlbench.embedding.warm_client import WARM_WORKER_ENV, receive_message, send_message
+from vlbench.embedding.warm_client import (
+    WARM_WORKER_ENV,
+    receive_message,
+    send_message,
+    socket_address,
+)
 
 # What every embedding job imports: importing it here is the whole point of the worker.
 PRELOAD = ("torch", "torchvision", "open_clip", "vlbench.embedding.shard_job")
@@ -199,7 +204,8 @@ def publish(socket_path: Path) -> socket.socket:
     with contextlib.suppress(FileNotFoundError):
         temporary.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(temporary))
+    with socket_address(temporary) as address:
+        listener.bind(address)
     listener.listen(64)
     os.replace(temporary, socket_path)
     return listener
