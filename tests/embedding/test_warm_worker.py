@@ -297,3 +297,28 @@ def test_a_worker_folder_others_can_enter_is_refused(
     monkeypatch.setenv(warm_client.WORKER_DIR_ENV, str(folder))
     with pytest.raises(VlbenchError, match="must be a 0700 folder"):
         warm_client.worker_dir()
+
+
+def test_a_worker_whose_imports_touch_cuda_refuses_to_fork(tmp_path: Path) -> None:
+    """A forked child cannot use a CUDA driver its parent initialised: such a worker does not
+    serve (its clients then run their jobs themselves)."""
+    # What torch.cuda.is_available() does without the NVML check: cudaGetDeviceCount (cuInit).
+    (tmp_path / "touches_cuda.py").write_text("import torch\ntorch._C._cuda_getDeviceCount()\n")
+    (tmp_path / "quiet.py").write_text("import torch\n")
+    code = (
+        "import sys; from vlbench.embedding import warm_server as w; "
+        "w.PRELOAD = ('torch', sys.argv[1]); print(repr(w.preload()))"
+    )
+    src = str(Path(warm_client.__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), src])}
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    outputs = {
+        module: subprocess.run(
+            [sys.executable, "-c", code, module], env=env, capture_output=True, text=True
+        ).stdout.strip()
+        for module in ("touches_cuda", "quiet")
+    }
+    assert outputs == {
+        "touches_cuda": "'importing the embedding modules initialised the CUDA driver'",
+        "quiet": "''",
+    }

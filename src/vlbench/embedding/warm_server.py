@@ -198,6 +198,34 @@ class WarmServer:
                     self._client_gone(key.data[1])
 
 
+def preload() -> str:
+    """Import PRELOAD without initialising CUDA; why the worker must not fork, if it must not.
+
+    A process that has initialised the CUDA driver cannot hand it to forked children, so the
+    imports run with torch's NVML-based availability check, and any call that would initialise
+    the driver (`cudaGetDeviceCount`) or CUDA itself is detected.
+    """
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # children get the client's environment
+    import torch
+
+    driver_calls = []
+    device_count = torch._C._cuda_getDeviceCount
+
+    def counted() -> int:
+        driver_calls.append(1)
+        return device_count()
+
+    torch._C._cuda_getDeviceCount = counted
+    try:
+        for module in PRELOAD:
+            importlib.import_module(module)
+    finally:
+        torch._C._cuda_getDeviceCount = device_count
+    if driver_calls or torch.cuda.is_initialized():
+        return "importing the embedding modules initialised the CUDA driver"
+    return ""
+
+
 def publish(socket_path: Path) -> socket.socket:
     """Bind a listening socket under a temporary name, then move it to `socket_path`."""
     temporary = socket_path.with_name(f"{socket_path.name}.{os.getpid()}")
@@ -225,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (`warm_client.stop_workers`): leave through `finally`; children die with us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     started = time.monotonic()
-    for module in PRELOAD:
-        importlib.import_module(module)
+    reason = preload()
+    if reason:
+        print(f"warm worker {os.getpid()}: not serving: {reason}", flush=True)
+        return 3  # the waiting client runs its job in its own process
     listener = publish(args.socket)
     args.socket.with_suffix(".pid").write_text(f"{os.getpid()}\n")
     print(f"warm worker {os.getpid()}: imports took {time.monotonic() - started:.1f} s", flush=True)
