@@ -344,3 +344,31 @@ def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_pat
     assert np.array_equal(matrix, matrix[first])
     distinct = np.concatenate([model.encode_texts(base[i : i + 5]) for i in range(0, 23, 5)])
     assert np.array_equal(matrix[: len(base)], distinct)
+
+
+def test_identical_texts_in_different_shards_get_one_embedding(tmp_path: Path) -> None:
+    """Copies of a caption in other shards (encoded in other batches, so they may differ in the
+    last bits) are gathered as the row of the text's first occurrence."""
+    base = [f"caption {n} " + "of a stained section " * (n % 7) for n in range(30)]
+    texts = base + base[::-1] + base[::3]  # shards of 16 rows: copies in every other shard
+    ids = [f"txt-{row:04d}" for row in range(len(texts))]
+    source = tmp_path / "texts.parquet"
+    nulls = pa.nulls(len(texts), pa.string())
+    pq.write_table(pa.table([ids, texts, nulls], schema=TEXTS_SCHEMA), source, row_group_size=7)
+    model = wide_text_model(tmp_path)
+    settings = EmbedSettings.from_config("bench", batch_size=5)
+    out = embed_modality_sharded(
+        model, {"name": "vlbench-wide-text"}, "text", source, settings, 16, tmp_path / "emb"
+    )
+    matrix, got_ids = load_embeddings(out, tmp_path / "emb" / "text.ids.parquet")
+    assert list(got_ids) == ids
+    first = [texts.index(text) for text in texts]
+    assert np.array_equal(matrix, matrix[first])
+    stored = np.concatenate(
+        [np.load(path) for path in sorted((tmp_path / "emb" / "text").glob("shard-*.npy"))]
+    )
+    differing = sum(not np.array_equal(stored[row], stored[first[row]]) for row in range(len(ids)))
+    assert differing > 0  # the shards alone disagree: the fixture is sharp
+    record = json.loads((tmp_path / "emb" / "text.json").read_text())
+    assert record["duplicate_text_rows_unified"] == differing
+    assert np.array_equal(matrix[: len(base)], stored[: len(base)])

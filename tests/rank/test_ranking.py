@@ -12,6 +12,7 @@ from vlbench.rank.exact import (
     candidate_ranks,
     class_prototypes,
     exact_ranks,
+    first_occurrences,
     pooled_candidate_ranks,
 )
 
@@ -187,3 +188,26 @@ def test_candidate_ranks_never_exceed_the_candidate_count(shape) -> None:
         )
         assert np.all(result.ranks >= 1)
         assert np.all(result.ranks <= [len(c) for c in candidates])
+
+
+def test_copies_of_a_gallery_row_always_tie() -> None:
+    """A matrix product may score bitwise-equal rows differently by position; copies must tie
+    (in the full gallery, in candidate lists and when pooled) and follow the index policy."""
+    rng = np.random.default_rng(3)
+    gallery = rng.standard_normal((55, 64)).astype(np.float32)
+    gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+    gallery[51] = gallery[52] = gallery[45]
+    queries = rng.standard_normal((11, 64)).astype(np.float32)
+    result = exact_ranks(queries, gallery, Relevance.from_lists([[52]] * 11))
+    assert result.n_tied.tolist() == [2] * 11
+    # Index policy: the two earlier copies (45, 51) come first; others by a float64 oracle.
+    exact = queries.astype(np.float64) @ gallery.astype(np.float64).T
+    others = np.delete(exact, [45, 51, 52], axis=1)
+    higher = (others > exact[:, [45]]).sum(axis=1)
+    assert result.ranks.tolist() == (1 + higher + 2).tolist()
+    listed = [45, 3, 52, 7, 51]
+    in_lists = candidate_ranks(
+        queries, gallery, Relevance.from_lists([listed] * 11), Relevance.from_lists([[4]] * 11)
+    )
+    assert in_lists.n_tied.tolist() == [2] * 11
+    assert first_occurrences(gallery).tolist() == [*range(51), 45, 45, 53, 54]

@@ -27,7 +27,9 @@ rule prepare_benchmark:
     params:
         source=benchmark_source,
         protocol=benchmark_protocol,
-        settings=lambda wildcards: protocol_settings(config["benchmarks"][wildcards.benchmark]),
+        settings=lambda wildcards: protocol_settings(
+            config["benchmarks"][wildcards.benchmark], f"benchmarks.{wildcards.benchmark}"
+        ),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
         source_files=source_files_fingerprint,
     # Threads that check images for decodability; a speed knob read from the config, not a

@@ -1,9 +1,10 @@
 """Split a model's image preprocess into a cacheable geometric part and a per-model tensor part.
 
 The geometric part (resize, crop, pad, mode conversion: PIL image in, PIL image out) turns a
-decoded RGB image into the exact uint8 pixels the model sees. The tensor part (to-tensor and
-normalisation) is cheap and per-model, so the pixel cache stores the geometric output and
-applies the tensor part on the fly, in the same float32 operations torchvision performs.
+decoded image (RGB, or its original mode under a decode policy that converts late) into the
+exact uint8 pixels the model sees. The tensor part (to-tensor and normalisation) is cheap and
+per-model, so the pixel cache stores the geometric output and applies the tensor part on the
+fly, in the same float32 operations torchvision performs.
 
 `ImagePipeline.from_model` is the one place that reads a model's transform; when models carry an
 `image_transform` description it can read that instead.
@@ -154,9 +155,15 @@ class ImagePipeline:
         return (side, side) if side else None
 
     def to_pixels(self, image: Image.Image) -> np.ndarray:
-        """Apply the geometric steps to a decoded RGB image: uint8 array, height x width x 3."""
+        """Apply the geometric steps to a decoded image: uint8 array, height x width x 3.
+
+        An image decoded in its original mode (decode policy `after`) goes through the steps
+        as it is, and is converted to RGB after them if no step did (open_clip's does).
+        """
         for step in self.geometric:
             image = step(image)
+        if image.mode != "RGB":
+            image = image.convert("RGB")
         pixels = np.array(image, dtype=np.uint8)
         if pixels.ndim != 3 or pixels.shape[2] != 3:
             raise ValueError(f"expected an RGB image after the geometric steps, got {pixels.shape}")

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import torch
 from PIL import ExifTags, Image, ImageOps
 
+from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.errors import VlbenchError
 
@@ -63,24 +64,32 @@ def read_column_range(source: str | Path, column: str, start: int, stop: int) ->
 
 
 def decode_image(
-    data: bytes, image_id: str, source: Path, draft_size: tuple[int, int] | None = None
+    data: bytes,
+    image_id: str,
+    source: Path,
+    draft_size: tuple[int, int] | None = None,
+    policy: DecodePolicy = LEGACY,
 ) -> Image.Image:
-    """Decode encoded bytes to an RGB PIL image exactly as the reference scripts see them.
+    """Decode encoded bytes to a PIL image exactly as the benchmark's reference sees it.
 
-    They read images through the `datasets` Image feature, which applies the EXIF orientation
-    when the tag is present, and then call `.convert('RGB')`. With `draft_size`, a JPEG is
-    decoded at a reduced scale (1/2, 1/4 or 1/8) that keeps both sides at least that large:
-    faster, and not bitwise equal to a full decode.
+    With `policy.exif` the EXIF orientation is applied when the tag is present (as the
+    `datasets` Image feature does); the image is converted to RGB here when the policy converts
+    its mode first, else it keeps its original mode for the preprocess's geometric steps. With
+    `draft_size`, a JPEG is decoded at a reduced scale (1/2, 1/4 or 1/8) that keeps both sides
+    at least that large: faster, and not bitwise equal to a full decode.
     """
     try:
         with Image.open(io.BytesIO(data)) as image:
             if draft_size is not None and image.format == "JPEG":
                 image.draft(None, draft_size)
             image.load()
-            if image.getexif().get(ExifTags.Base.Orientation) is not None:
-                transposed = ImageOps.exif_transpose(image)
-                return transposed.convert("RGB")
-            return image.convert("RGB")
+            decoded = image
+            if policy.exif and image.getexif().get(ExifTags.Base.Orientation) is not None:
+                decoded = ImageOps.exif_transpose(image)
+            if policy.converts_first(decoded.mode):
+                return decoded.convert("RGB")
+            # Closing the file releases the pixels of `image`: keep a copy of its own.
+            return decoded if decoded is not image else image.copy()
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise VlbenchError(f"{source}: image {image_id!r} cannot be decoded ({exc})") from exc
 
@@ -99,8 +108,11 @@ class ImageChunks(torch.utils.data.Dataset):
         pipeline: ImagePipeline,
         draft: bool = False,
         id_column: str = "image_id",
+        policy: DecodePolicy | None = None,
     ) -> None:
         self.source = Path(source)
+        # The policy the images file was prepared with (LEGACY for files without one).
+        self.policy = read_policy(self.source) if policy is None else policy
         self.chunks = chunks
         self.pipeline = pipeline
         self.draft_size = pipeline.draft_size() if draft else None
@@ -126,7 +138,7 @@ class ImageChunks(torch.utils.data.Dataset):
         ids = table.column(self.id_column).to_pylist()
         # One full-size decoded image at a time: memory does not grow with the chunk size.
         decoded = (
-            decode_image(data, image_id, self.source, self.draft_size)
+            decode_image(data, image_id, self.source, self.draft_size, self.policy)
             for image_id, data in zip(ids, table.column("image").to_pylist(), strict=True)
         )
         try:

@@ -1,7 +1,8 @@
 """On-disk cache of decoded, resized and cropped images: uint8 shards shared by every model.
 
-One directory per (benchmark, geometric transform, prepared source file); one file per row range:
-``<root>/<benchmark>/<geometry key>-<source fingerprint>/rows-<start>-<stop>-<digest>.npy``
+One directory per (benchmark, geometric transform, decode policy, prepared source file); one file
+per row range: ``<root>/<benchmark>/<geometry key>[-<decode policy>]-<source fingerprint>/``
+``rows-<start>-<stop>-<digest>.npy`` (the policy's label is left out for the legacy policy)
 (the digest of the rows' content, from the shard plan) holding a uint8 array (rows, height,
 width, 3). A shard appears under its final name only when complete; until then it is a
 ``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer. A job that
@@ -33,6 +34,7 @@ from vlbench.atomic import (
     reserved_npy_memmap,
     write_text,
 )
+from vlbench.data.decode_policy import LEGACY, read_policy
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -62,7 +64,13 @@ class PixelCache:
         source: str | Path,
         rows_digest: str = "",
     ) -> None:
-        self.directory = Path(root) / benchmark / f"{geometry_key}-{source_fingerprint(source)}"
+        # The decode policy the source was prepared with changes the pixels: it is part of the
+        # folder's name (files of the legacy policy keep the names they had before policies).
+        self.policy = read_policy(source)
+        decode = "" if self.policy == LEGACY else f"-{self.policy.label}"
+        self.directory = (
+            Path(root) / benchmark / f"{geometry_key}{decode}-{source_fingerprint(source)}"
+        )
         # The shard plan's digest of the rows' ids and image bytes: an image replaced by one of
         # the same size, which may leave the parquet footer unchanged, still misses the cache.
         self.suffix = f"-{rows_digest}" if rows_digest else ""
@@ -111,7 +119,8 @@ class PixelCache:
         """Write a human-readable note of the geometry this directory holds (once)."""
         note = self.directory / "geometry.json"
         if not note.is_file():
-            write_text(note, json.dumps(geometry, indent=2, sort_keys=True) + "\n")
+            described = {**geometry, "decode_policy": self.policy.as_dict()}
+            write_text(note, json.dumps(described, indent=2, sort_keys=True) + "\n")
 
 
 def _try_lock(fd: int) -> bool | None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
+from vlbench.data.decode_policy import LEGACY, policy_of_metadata, read_policy
 from vlbench.errors import VlbenchError
 
 IDS_SCHEMA = pa.schema([("id", pa.string())])
@@ -40,13 +41,20 @@ def shard_ranges(rows: int, shard_size: int) -> list[tuple[int, int]]:
 
 def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list[str]:
     """sha256 of each row range's content: every row's id and payload (the first two columns
-    of a canonical images or texts parquet: encoded image bytes, or the exact text).
+    of a canonical images or texts parquet: encoded image bytes, or the exact text), and the
+    images file's decode policy when it is not the legacy one.
 
     A shard whose digest is unchanged embeds to the same numbers, so a rerun can keep it.
     """
     parquet = pq.ParquetFile(source)
     id_column, payload_column = parquet.schema_arrow.names[:2]
     digests = [hashlib.sha256() for _ in ranges]
+    # An images file's decode policy changes its pixels: a non-legacy one is part of the digest
+    # (legacy digests stay those of files prepared before policies existed).
+    policy = policy_of_metadata(parquet.schema_arrow.metadata, str(source))
+    if policy != LEGACY:
+        for digest in digests:
+            digest.update(json.dumps({"decode": policy.as_dict()}, sort_keys=True).encode())
     row, shard = 0, 0
     for batch in parquet.iter_batches(batch_size=256, columns=[id_column, payload_column]):
         for item_id, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
@@ -203,7 +211,9 @@ def gather_shards(
             if ids.num_rows != shape[0]:
                 raise VlbenchError(f"{ids_path}: {ids.num_rows} ids for {shape[0]} rows in {npy}")
             writer.write_table(ids.select(["id"]).cast(IDS_SCHEMA))
+    records = [json.loads(Path(path).read_text(encoding="utf-8")) for path in shard_provenance]
     dtype, shape = dtypes.pop(), (rows, widths.pop())
+    unified = None
     with (
         atomic_path(out_npy, expected_bytes=npy_bytes(dtype, shape)) as tmp,
         open(tmp, "r+b") as handle,
@@ -214,12 +224,49 @@ def gather_shards(
             shard = np.load(npy, mmap_mode="r", allow_pickle=False)
             matrix[row : row + len(shard)] = shard
             row += len(shard)
+        if records[0].get("modality") == "text" and len(shard_npys) > 1:
+            ids = pq.read_table(out_ids).column("id").to_pylist()
+            unified = unify_duplicate_texts(matrix, records[0]["source"], ids)
         matrix.flush()
         del matrix
-    records = [json.loads(Path(path).read_text(encoding="utf-8")) for path in shard_provenance]
     timings = [read_snakemake_benchmark(path) for path in shard_timings]
-    write_text(out_provenance, json.dumps(merge_provenance(records, timings), indent=2) + "\n")
+    merged = merge_provenance(records, timings)
+    if unified is not None:
+        merged["duplicate_text_rows_unified"] = unified
+    merged.update(decode_provenance(merged))
+    write_text(out_provenance, json.dumps(merged, indent=2) + "\n")
     return rows
+
+
+def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[str]) -> int:
+    """Give every copy of a text the embedding of its first occurrence; return how many rows
+    changed.
+
+    A shard job encodes each distinct text of its shard once, so copies within a shard are
+    equal already; copies in different shards were encoded in different batches, and a text
+    tower's output depends on its batch in the last bits. After this, identical texts have
+    identical rows across the whole benchmark, so the exact tie policies hold by construction.
+    """
+    table = pq.read_table(source)
+    id_column, text_column = table.column_names[:2]
+    if table.column(id_column).to_pylist() != list(ids):
+        raise VlbenchError(f"{source}: its text ids are not those of the gathered shards")
+    first: dict[str, int] = {}
+    changed = 0
+    for row, text in enumerate(table.column(text_column).to_pylist()):
+        original = first.setdefault(text, row)
+        if original != row and not np.array_equal(matrix[row], matrix[original]):
+            matrix[row] = matrix[original]
+            changed += 1
+    return changed
+
+
+def decode_provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """`decode_policy` of an image embedding: read from the images file it was embedded from."""
+    source = record.get("source")
+    if record.get("modality") != "image" or not source or not Path(source).is_file():
+        return {}
+    return {"decode_policy": read_policy(source).as_dict()}
 
 
 PER_SHARD_KEYS = (

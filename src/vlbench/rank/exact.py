@@ -10,6 +10,10 @@ Three gallery shapes share one counting core (`ranks_in_rows`):
 rank = 1 + #(items scoring higher) + the tied items the policy puts first:
 ``index`` counts tied items earlier in the gallery or candidate list (the reference scripts'
 stable argsort order), ``optimistic`` none, ``pessimistic`` all.
+
+Identical gallery rows (a duplicated caption, a text two taxa share) always tie: a BLAS matrix
+product can score two bitwise-equal rows differently in the last bit, depending on where they sit
+in the matrix, so every copy takes the score of its first occurrence (`first_occurrences`).
 """
 
 from __future__ import annotations
@@ -132,6 +136,36 @@ def ranks_in_rows(
     return 1 + higher + before, n_tied
 
 
+def first_occurrences(matrix: np.ndarray) -> np.ndarray:
+    """For each row, the index of the first row with the same bytes (itself if none before)."""
+    rows = np.ascontiguousarray(matrix)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first[inverse.ravel()]
+
+
+def _tie_copies(scores: np.ndarray, first: np.ndarray) -> None:
+    """Give every column that copies an earlier gallery row that row's score (in place)."""
+    copies = np.nonzero(first != np.arange(len(first)))[0]
+    if len(copies):
+        scores[:, copies] = scores[:, first[copies]]
+
+
+def _tie_copies_in_lists(scores: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per row, give every entry whose key (its gallery row's first occurrence) repeats an
+    earlier entry of the row that entry's score."""
+    order = np.argsort(keys, axis=1, kind="stable")
+    ordered_keys = np.take_along_axis(keys, order, axis=1)
+    columns = np.arange(keys.shape[1])[None, :]
+    starts = np.ones(keys.shape, dtype=bool)
+    starts[:, 1:] = ordered_keys[:, 1:] != ordered_keys[:, :-1]
+    leader = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
+    ordered = np.take_along_axis(scores, order, axis=1)
+    out = np.empty_like(scores)
+    np.put_along_axis(out, order, np.take_along_axis(ordered, leader, axis=1), axis=1)
+    return out
+
+
 def _rows_per_block(width: int, max_relevant: int, block_mb: int, per_row_bytes: int = 0) -> int:
     """Rows per block so the scores and the comparison temporaries fit in `block_mb` MiB."""
     per_element = 5 if max_relevant <= _SORT_THRESHOLD else 9
@@ -166,9 +200,11 @@ def exact_ranks(
     n_tied = np.zeros(n_pairs, dtype=np.int64)
     max_relevant = int(relevance.counts().max(initial=1))
     step = _rows_per_block(gallery.shape[0], max_relevant, block_mb)
+    first = first_occurrences(gallery)
     for start in range(0, relevance.n_queries, step):
         stop = min(start + step, relevance.n_queries)
         scores = queries[start:stop] @ gallery.T
+        _tie_copies(scores, first)
         block_ranks, block_tied = ranks_in_rows(scores, relevance.padded(start, stop), tie_policy)
         del scores
         _scatter(ranks, relevance, start, stop, block_ranks)
@@ -177,12 +213,22 @@ def exact_ranks(
 
 
 def _candidate_scores(
-    queries: np.ndarray, gallery: np.ndarray, candidates: Relevance, start: int, stop: int
+    queries: np.ndarray,
+    gallery: np.ndarray,
+    candidates: Relevance,
+    start: int,
+    stop: int,
+    first: np.ndarray,
 ) -> np.ndarray:
-    """(rows, max candidates) scores of queries start..stop on their candidates; NaN padding."""
+    """(rows, max candidates) scores of queries start..stop on their candidates; NaN padding.
+
+    `first`: the gallery's `first_occurrences`; copies of one row in a list score alike.
+    """
     padded = candidates.padded(start, stop)
     vectors = gallery[np.maximum(padded, 0)]
     scores = np.matmul(vectors, queries[start:stop, :, None])[..., 0]
+    keys = np.where(padded >= 0, first[np.maximum(padded, 0)], -1)
+    scores = _tie_copies_in_lists(scores, keys)
     scores[padded < 0] = np.nan
     return scores
 
@@ -208,9 +254,10 @@ def candidate_ranks(
     n_pairs = len(relevance.indices)
     ranks = np.zeros(n_pairs, dtype=np.int64)
     n_tied = np.zeros(n_pairs, dtype=np.int64)
+    first = first_occurrences(gallery)
     for start in range(0, relevance.n_queries, step):
         stop = min(start + step, relevance.n_queries)
-        scores = _candidate_scores(queries, gallery, candidates, start, stop)
+        scores = _candidate_scores(queries, gallery, candidates, start, stop, first)
         block_ranks, block_tied = ranks_in_rows(scores, relevance.padded(start, stop), tie_policy)
         _scatter(ranks, relevance, start, stop, block_ranks)
         _scatter(n_tied, relevance, start, stop, block_tied)
@@ -244,9 +291,10 @@ def pooled_candidate_ranks(
     n_pairs = len(relevance.indices)
     ranks = np.zeros(n_pairs, dtype=np.int64)
     n_tied = np.zeros(n_pairs, dtype=np.int64)
+    first = first_occurrences(gallery)
     for start in range(0, relevance.n_queries, step):
         stop = min(start + step, relevance.n_queries)
-        scores = _candidate_scores(queries, gallery, candidates, start, stop)
+        scores = _candidate_scores(queries, gallery, candidates, start, stop, first)
         groups = candidate_groups.padded(start, stop)
         pooled = np.full((stop - start, n_groups), -np.inf, dtype=scores.dtype)
         rows, cols = np.nonzero(groups >= 0)

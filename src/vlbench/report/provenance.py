@@ -25,6 +25,7 @@ EMBEDDING_FIELDS = [
     "device",
     "device_name",
     "batch_size",
+    "decode_policy",
     "rows",
     "seconds",
     "items_per_second",
@@ -82,6 +83,10 @@ def embedding_row(path: str | Path) -> dict[str, Any]:
         if row.get(name) in (None, "") and shards:
             row[name] = _distinct(shard.get(name) for shard in shards)
     row.update({name: versions.get(VERSION_KEYS.get(name, name)) for name in VERSION_COLUMNS})
+    decode = record.get("decode_policy")
+    if isinstance(decode, dict):  # image embeddings: EXIF applied or not, when RGB conversion runs
+        exif = str(decode.get("exif")).lower()
+        row["decode_policy"] = f"exif={exif} convert={decode.get('convert')}"
     return row
 
 

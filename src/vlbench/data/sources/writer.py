@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
+from vlbench.data.decode_policy import LEGACY, DecodePolicy, policy_metadata
 from vlbench.data.sources.image_check import decode_error
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.data.sources.validate import (
@@ -99,7 +100,11 @@ def _decode_checked(images: Iterator[Checked], threads: int) -> Iterator[Checked
 
 
 def _stream_images(
-    data: SourceData, writer: pq.ParquetWriter, where: str, threads: int = 1
+    data: SourceData,
+    writer: pq.ParquetWriter,
+    where: str,
+    threads: int = 1,
+    schema: pa.Schema = IMAGES_SCHEMA,
 ) -> tuple[int, list[tuple[str, str]], list[str]]:
     """Write decodable images in row groups; return (seen, [(bad id, reason)], written ids).
 
@@ -113,7 +118,7 @@ def _stream_images(
 
     def flush() -> None:
         if batch["image_id"]:
-            writer.write_table(pa.table(batch, schema=IMAGES_SCHEMA), row_group_size=ROW_GROUP_ROWS)
+            writer.write_table(pa.table(batch, schema=schema), row_group_size=ROW_GROUP_ROWS)
             for column in batch.values():
                 column.clear()
 
@@ -182,8 +187,12 @@ def write_canonical(
     expected: dict[str, int] | None = None,
     where: str = "benchmark",
     threads: int = 1,
+    decode: DecodePolicy = LEGACY,
 ) -> dict[str, Any]:
     """Validate and write images/texts/qrels/candidates parquet plus benchmark.json.
+
+    `decode` (how the embedding jobs decode the images) is recorded in the images file's
+    schema metadata and in benchmark.json.
 
     Undecodable images fail the run (policy "fail") or are left out and recorded ("skip").
     `expected` holds row counts known for the pinned source ("images", "texts"), compared
@@ -198,8 +207,9 @@ def write_canonical(
     check_count(len(data.texts), expected.get("texts"), "texts", where)
     with contextlib.ExitStack() as stack:
         images_tmp = stack.enter_context(atomic_path(out_dir / MODALITY_FILES["image"]))
-        with pq.ParquetWriter(images_tmp, IMAGES_SCHEMA, **IMAGE_WRITE_OPTIONS) as writer:
-            n_source, bad, written = _stream_images(data, writer, where, threads)
+        schema = IMAGES_SCHEMA.with_metadata(policy_metadata(decode))
+        with pq.ParquetWriter(images_tmp, schema, **IMAGE_WRITE_OPTIONS) as writer:
+            n_source, bad, written = _stream_images(data, writer, where, threads, schema)
         if n_source == 0:
             raise VlbenchError(f"{where}: the benchmark has no images")
         check_count(n_source, expected.get("images"), "images", where)
@@ -251,6 +261,7 @@ def write_canonical(
             **data.info,
             "protocol": protocol,
             "image_policy": image_policy,
+            "decode_policy": decode.as_dict(),
             "n_source_images": n_source,
             "n_images": len(written),
             "n_texts": len(text_ids),
