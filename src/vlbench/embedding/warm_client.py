@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from vlbench.atomic import current_umask
 from vlbench.errors import VlbenchError
 
 # Where sockets, locks and logs live: VLBENCH_WORKER_DIR, else the user's runtime folder.
@@ -264,18 +265,13 @@ def run_in_worker(target: str, payload: dict[str, Any], idle_seconds: float) -> 
             "payload": payload,
             "cwd": os.getcwd(),
             "env": dict(os.environ),
-            "umask": _current_umask(),
+            "umask": current_umask(),
+            "process_group": os.getpgrp(),
         }
         sys.stdout.flush()
         sys.stderr.flush()
         send_message(conn, request, [0, 1, 2])
         return _wait_for_exit(conn, worker_paths(key)["log"])
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def stop_workers(directory: Path | None = None) -> list[int]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlbench.atomic import JOB_GROUP_ENV
 from vlbench.embedding.warm_client import (
     WARM_WORKER_ENV,
     receive_message,
@@ -72,6 +73,7 @@ def run_child(request: dict[str, Any], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ[WARM_WORKER_ENV] = str(os.getppid())
+    os.environ[JOB_GROUP_ENV] = str(request["process_group"])
     module, _, function = request["target"].partition(":")
     try:
         getattr(importlib.import_module(module), function)(request["payload"])
