@@ -17,6 +17,7 @@ with rule_log(snakemake.log[0]) as log:
         read_map(snakemake.input.reference_map),
         list(snakemake.params.benchmarks),
         float(snakemake.params.tolerance),
+        dict(snakemake.params.not_run),
     )
     paths = write_paper_table(table, Path(snakemake.output.markdown).parent)
     log.info("%d rows; wrote %s", len(table.rows), ", ".join(map(str, paths)))

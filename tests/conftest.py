@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test)
 from workflow_helpers import run_in_own_session, write_shared_demo
 
 from vlbench.embedding.warm_client import WORKER_DIR_ENV, stop_workers

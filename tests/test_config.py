@@ -52,7 +52,7 @@ def test_typo_in_model_key_names_key_and_allowed_ones() -> None:
 def test_typo_at_top_level() -> None:
     config = minimal()
     config["benchmark"] = config.pop("benchmarks")
-    with pytest.raises(VlbenchError, match=r"'benchmark'.*allowed: benchmarks, embedding"):
+    with pytest.raises(VlbenchError, match=r"'benchmark'.*allowed: benchmarks, data_root, "):
         validate(config)
 
 
@@ -97,7 +97,7 @@ def test_nested_typo_in_a_source_form_names_that_key() -> None:
 def test_source_of_no_known_form_lists_the_forms() -> None:
     config = minimal()
     config["benchmarks"]["demo"]["source"] = {"split": "test"}
-    with pytest.raises(VlbenchError, match=r"repo \+ revision; path; synthetic"):
+    with pytest.raises(VlbenchError, match=r"forms: repo; path; synthetic"):
         validate(config)
 
 

@@ -1,6 +1,8 @@
 """The `vlbench` command line: `vlbench score` evaluates precomputed embeddings.
 
-The file formats are documented in docs/score.md.
+The file formats are documented in docs/score.md. `vlbench lock CONFIG` pins every hub
+download of a config in its lock file (vlbench.workflow.lock_command); `vlbench preflight CONFIG`
+prints the state of every model and benchmark (vlbench.workflow.preflight_command).
 """
 
 from __future__ import annotations
@@ -214,6 +216,25 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--per-class-out", type=output_file, help="zeroshot: also write the per-class CSV"
     )
+    lock = commands.add_parser(
+        "lock",
+        help="pin every unpinned hub download of a config in its lock file (x.yaml -> x.lock)",
+    )
+    lock.add_argument("config", help="the config file (YAML)")
+    lock.add_argument(
+        "--update", action="store_true", help="move locked entries to their branch's commit now"
+    )
+    lock.add_argument(
+        "--check",
+        action="store_true",
+        help="ask no hub; fail if a download is pinned neither in the config nor in the lock",
+    )
+    check = commands.add_parser(
+        "preflight",
+        help="table of every model and benchmark of a config: pinned, locked, present or missing",
+    )
+    check.add_argument("config", help="the config file (YAML)")
+    check.add_argument("--data-root", help="override the config's data_root")
     return parser
 
 
@@ -278,6 +299,14 @@ def run_score(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `vlbench` command."""
     args = build_parser().parse_args(argv)
+    if args.command == "lock":
+        from vlbench.workflow.lock_command import run_lock
+
+        return run_lock(args.config, update=args.update, check=args.check)
+    if args.command == "preflight":
+        from vlbench.workflow.preflight_command import run_preflight
+
+        return run_preflight(args.config, args.data_root)
     try:
         rows = run_score(args)
     except VlbenchError as error:

@@ -1,19 +1,16 @@
-"""Hub downloads without a network: pinned, retried with backoff, verified, failing fast."""
+"""Hub downloads against a loopback hub: pinned, retried with backoff, verified, failing fast."""
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
-import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import huggingface_hub
 import pyarrow.parquet as pq
 import pytest
 from fixtures_sources import write_biovita_repo
 from huggingface_hub import errors
+from loopback_hub import LoopbackHub
+from workflow_helpers import tiny_model, validate
 
 from vlbench.data.prepare import prepare_benchmark
 from vlbench.data.sources import download
@@ -90,98 +87,93 @@ def test_persistent_failure_gives_up_after_the_last_attempt() -> None:
     assert sleeps == [2.0, 4.0, 8.0, 16.0]
 
 
-def test_unpinned_revision_fails_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", pytest.fail)
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", pytest.fail)
-    with pytest.raises(VlbenchError, match=r"is not pinned .*'UNPINNED'.*commits/main"):
-        download.fetch_snapshot(REPO, "UNPINNED", ["*"], where="benchmarks.x.source.revision")
+@pytest.mark.parametrize("revision", ["UNPINNED", "", "main"])
+def test_an_unlocked_revision_fails_before_any_request(loopback_hub, revision: str) -> None:
+    with pytest.raises(VlbenchError, match=r"is not pinned .* and not locked; run `vlbench lock"):
+        download.fetch_snapshot(REPO, revision, ["*"], where="benchmarks.x.source.revision")
+    assert loopback_hub.requests == []
 
 
-class FakeHub:
-    """Serves one local folder as a pinned hub dataset repo, honouring allow_patterns."""
-
-    def __init__(self, origin: Path, cache: Path, revision: str = SHA) -> None:
-        self.origin, self.cache, self.revision = origin, cache, revision
-        self.requested: list[list[str]] = []
-        self.tamper: set[str] = set()
-
-    def _check(self, repo_id: str, revision: str) -> None:
-        if revision != self.revision:
-            raise hub_error(errors.RevisionNotFoundError)
-
-    def hf_hub_download(self, repo_id: str, filename: str, **kwargs: Any) -> str:
-        self._check(repo_id, kwargs["revision"])
-        target = self.cache / filename
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(self.origin / filename, target)
-        return str(target)
-
-    def snapshot_download(self, repo_id: str, allow_patterns: list[str], **kwargs: Any) -> str:
-        self._check(repo_id, kwargs["revision"])
-        self.requested.append(list(allow_patterns))
-        for path in self.origin.rglob("*"):
-            relative = str(path.relative_to(self.origin))
-            if path.is_file() and any(fnmatch.fnmatch(relative, p) for p in allow_patterns):
-                target = self.cache / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, target)
-        return str(self.cache)
-
-    def get_paths_info(self, repo_id: str, paths: list[str], **kwargs: Any) -> list[Any]:
-        infos = []
-        for relative in paths:
-            digest = hashlib.sha256((self.origin / relative).read_bytes()).hexdigest()
-            if relative in self.tamper:
-                digest = "0" * 64
-            infos.append(SimpleNamespace(path=relative, lfs=SimpleNamespace(sha256=digest)))
-        return infos
+def hub_source(subset: str = "unseen_species", revision: str | None = None) -> dict[str, Any]:
+    source = {"repo": REPO, "split": "test", "subset": subset}
+    return {**source, "revision": revision} if revision else source
 
 
 @pytest.fixture
-def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+def biovita_hub(loopback_hub: LoopbackHub, tmp_path: Path) -> tuple[LoopbackHub, str]:
+    """The loopback hub serving a miniature BioVITA repository; returns (hub, its commit)."""
     origin = tmp_path / "origin"
     write_biovita_repo(origin, n_queries=6)
-    hub = FakeHub(origin, tmp_path / "cache")
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub.hf_hub_download)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
-    monkeypatch.setattr(
-        huggingface_hub.HfApi, "get_paths_info", lambda self, *a, **k: hub.get_paths_info(*a, **k)
-    )
-    return hub
+    return loopback_hub, loopback_hub.commit_folder("dataset", REPO, origin)
 
 
-def hub_source(subset: str = "unseen_species", revision: str = SHA) -> dict[str, Any]:
-    return {"repo": REPO, "revision": revision, "split": "test", "subset": subset}
+CORPUS = "unseen_species-corpus/test-00000-of-00001.parquet"
 
 
-def test_hub_source_fetches_only_its_subset_verifies_and_prepares(
-    fake_hub: FakeHub, tmp_path: Path
-) -> None:
-    meta = prepare_benchmark("biovita", "taxon_candidates", hub_source(), None, tmp_path / "out")
-    assert meta["repo"] == REPO and meta["revision"] == SHA and meta["source"] == "hub"
+def prepare(source: dict[str, Any], out: Path) -> dict[str, Any]:
+    return prepare_benchmark("biovita", "taxon_candidates", source, None, out)
+
+
+def test_hub_source_fetches_only_its_subset_verifies_and_prepares(biovita_hub, tmp_path) -> None:
+    hub, sha = biovita_hub
+    meta = prepare(hub_source(revision=sha), tmp_path / "out")
+    assert meta["repo"] == REPO and meta["revision"] == sha and meta["source"] == "hub"
     assert meta["subset"] == "unseen_species" and meta["split"] == "test"
-    (patterns,) = fake_hub.requested
-    assert all("unseen_species" in p for p in patterns if p != "README.md")
-    assert not list((tmp_path / "cache").glob("unseen_genus-*"))
+    downloaded = [
+        path for method, path, _ in hub.requests if method == "GET" and "/resolve/" in path
+    ]
+    assert downloaded and all("unseen_genus" not in path for path in downloaded)
+    assert all(f"/datasets/{REPO}/resolve/{sha}/" in path for path in downloaded)
     assert pq.read_table(tmp_path / "out" / "images.parquet").num_rows == 6
 
 
-def test_hub_file_with_a_wrong_sha256_fails_naming_it(fake_hub: FakeHub, tmp_path: Path) -> None:
-    fake_hub.tamper.add("unseen_species-corpus/test-00000-of-00001.parquet")
-    with pytest.raises(
-        VlbenchError, match=r"unseen_species-corpus/test-00000-of-00001.parquet: sha256"
-    ):
-        prepare_benchmark("biovita", "taxon_candidates", hub_source(), None, tmp_path / "out")
+def test_a_server_error_is_answered_by_a_retry(biovita_hub, tmp_path) -> None:
+    hub, sha = biovita_hub
+    hub.fail(f"/resolve/{sha}/{CORPUS}", status=500)
+    prepare(hub_source(revision=sha), tmp_path / "out")
+    assert hub.served("HEAD", CORPUS)[0] == 500 and hub.served("GET", CORPUS) == [200]
+
+
+def test_a_truncated_download_is_fetched_again_and_verified(biovita_hub, tmp_path) -> None:
+    hub, sha = biovita_hub
+    hub.truncate(CORPUS)
+    prepare(hub_source(revision=sha), tmp_path / "out")
+    # huggingface_hub asked again (from the bytes it had kept, here none) and the file verified
+    assert len(hub.served("GET", CORPUS)) == 2
+
+
+def test_a_file_with_a_wrong_sha256_fails_naming_it(biovita_hub, tmp_path) -> None:
+    hub, sha = biovita_hub
+    hub.corrupt(CORPUS)
+    with pytest.raises(VlbenchError, match=f"{CORPUS}: sha256 .* does not match the published"):
+        prepare(hub_source(revision=sha), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_hub_source_with_a_revision_that_does_not_exist(fake_hub: FakeHub, tmp_path: Path) -> None:
-    with pytest.raises(
-        VlbenchError, match=r"^dataset myang333/BioVITAI2TRetrieval: revision 0{40}"
-    ):
-        prepare_benchmark(
-            "biovita", "taxon_candidates", hub_source(revision="0" * 40), None, tmp_path / "out"
-        )
+def test_a_revision_that_does_not_exist(biovita_hub, tmp_path) -> None:
+    with pytest.raises(VlbenchError, match=f"^dataset {REPO}: revision 0{{40}} does not exist$"):
+        prepare(hub_source(revision="0" * 40), tmp_path / "out")
+
+
+def test_an_unknown_repository(loopback_hub, tmp_path) -> None:
+    with pytest.raises(VlbenchError, match=f"^dataset {REPO}: repository not found"):
+        prepare(hub_source(revision=SHA), tmp_path / "out")
+
+
+def test_an_unpinned_source_resolves_its_branch_and_is_locked(biovita_hub, tmp_path) -> None:
+    """Planning pins it through the real client (HfApi.dataset_info), then the job downloads."""
+    from vlbench.workflow.lockfile import read_lock
+    from vlbench.workflow.pinning import plan_pins
+
+    hub, sha = biovita_hub
+    config = validate({"models": {"m": tiny_model()}, "benchmarks": {"b": {
+        "protocol": "taxon_candidates", "source": hub_source()}}})  # fmt: skip
+    lock = tmp_path / "c.lock"
+    planned, _, warnings = plan_pins(config, lock, "c.yaml", resolve=True)
+    assert warnings == [] and read_lock(lock)[f"dataset {REPO}"].commit == sha
+    assert hub.served("GET", f"/api/datasets/{REPO}/revision/main") == [200]
+    meta = prepare(planned["benchmarks"]["b"]["source"], tmp_path / "out")
+    assert meta["revision"] == sha
 
 
 def build_origin(kind: str, origin: Path) -> tuple[str, dict[str, Any], int]:
@@ -218,21 +210,16 @@ def build_origin(kind: str, origin: Path) -> tuple[str, dict[str, Any], int]:
 
 @pytest.mark.parametrize("kind", ["biomedflickr", "rare-species", "inquire", "nlphuji", "wds"])
 def test_every_hub_format_downloads_only_what_it_reads(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, loopback_hub: LoopbackHub
 ) -> None:
     origin = tmp_path / "origin"
     protocol, layout, n_images = build_origin(kind, origin)
     (origin / "unrelated.bin").write_bytes(b"never fetched")
-    hub = FakeHub(origin, tmp_path / "cache")
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub.hf_hub_download)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
-    monkeypatch.setattr(
-        huggingface_hub.HfApi, "get_paths_info", lambda self, *a, **k: hub.get_paths_info(*a, **k)
-    )
-    source = {"repo": "org/name", "revision": SHA, **layout}
+    sha = loopback_hub.commit_folder("dataset", "org/name", origin)
+    source = {"repo": "org/name", "revision": sha, **layout}
     meta = prepare_benchmark(kind, protocol, source, None, tmp_path / "out")
-    assert meta["revision"] == SHA and meta["repo"] == "org/name"
-    assert not (tmp_path / "cache" / "unrelated.bin").exists()
+    assert meta["revision"] == sha and meta["repo"] == "org/name"
+    assert loopback_hub.served("GET", "unrelated.bin") == []
     if n_images > 0:
         assert meta["n_images"] == n_images
 
@@ -259,19 +246,18 @@ for call in calls:
 
 
 def test_unreachable_hub_is_named_with_how_to_run_offline(tmp_path: Path) -> None:
-    """For real: HF_ENDPOINT on a closed local port, no HF_HUB_OFFLINE, the real client.
+    """For real: HF_ENDPOINT on a stopped loopback hub, no HF_HUB_OFFLINE, the real client.
 
     The second call is a download, which huggingface_hub itself retries for about 20 s before
     giving up (not configurable); vlbench then fails at once instead of retrying again.
     """
     import os
-    import socket
     import subprocess
     import sys
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    down = LoopbackHub()  # a hub that was there and went down: its port refuses connections
+    endpoint = down.endpoint
+    down.stop()
     env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"))
     command = [sys.executable, "-c", OFFLINE_SCRIPT, REPO, SHA, str(tmp_path / "cache")]

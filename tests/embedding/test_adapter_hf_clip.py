@@ -111,15 +111,8 @@ def test_hub_name_needs_a_pin() -> None:
         load_model({"adapter": "hf_clip", "name": "hf-hub:google/siglip-base-patch16-224"}, CPU)
 
 
-def test_hub_snapshot_at_revision(repo: Path, monkeypatch) -> None:
-    import huggingface_hub
-
-    seen = {}
-
-    def fake_snapshot(**kwargs):
-        seen.update(kwargs)
-        return str(repo)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    model = load_model({"adapter": "hf_clip", "name": "hf-hub:org/clip", "revision": REVISION}, CPU)
-    assert seen["revision"] == REVISION and model.source["revision"] == REVISION
+def test_hub_snapshot_at_revision(repo: Path, loopback_hub) -> None:
+    sha = loopback_hub.commit_folder("model", "org/clip", repo)
+    model = load_model({"adapter": "hf_clip", "name": "hf-hub:org/clip", "revision": sha}, CPU)
+    assert model.source["revision"] == sha
+    assert loopback_hub.served("GET", f"/api/models/org/clip/tree/{sha}") == [200]

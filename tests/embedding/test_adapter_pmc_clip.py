@@ -157,38 +157,23 @@ def test_tokens_are_padded_to_77_with_cls_first(tmp_path, text_dir):
     assert model.context_length == 77
 
 
-def test_hub_weights_are_fetched_at_the_pinned_revision(tmp_path, text_dir, monkeypatch):
-    import huggingface_hub
-
+def test_hub_weights_are_fetched_at_the_pinned_revision(tmp_path, text_dir, loopback_hub):
     visual, text, projection = official_towers(text_dir)
     write_split_files(tmp_path / "hub", visual, text, projection)
-    calls = []
-
-    def fake_file(repo_id, filename, revision, repo_type):
-        calls.append((repo_id, filename, revision, repo_type))
-        return str(tmp_path / "hub" / filename)
-
-    def fake_snapshot(repo_id, revision, repo_type, allow_patterns):
-        calls.append((repo_id, "snapshot", revision, repo_type))
-        return str(text_dir)
-
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_file)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    text_repo = "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext"
+    weights_sha = loopback_hub.commit_folder("dataset", "axiong/pmc_oa", tmp_path / "hub")
+    text_sha = loopback_hub.commit_folder("model", text_repo, text_dir)
     spec = {
         "adapter": "pmc_clip",
         "pretrained": "hf-hub:axiong/pmc_oa",
-        "revision": REVISION,
-        "text_model": "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext",
-        "text_model_revision": REVISION,
+        "revision": weights_sha,
+        "text_model": text_repo,
+        "text_model_revision": text_sha,
     }
     model = load_model(spec, CPU)
-    assert ("axiong/pmc_oa", "text_projection_layer.pth", REVISION, "dataset") in calls
-    assert (
-        "microsoft/BiomedNLP-PubMedBERT-base-uncased-abstract-fulltext",
-        "snapshot",
-        REVISION,
-        "model",
-    ) in calls
+    resolve = f"/datasets/axiong/pmc_oa/resolve/{weights_sha}/text_projection_layer.pth"
+    assert loopback_hub.served("GET", resolve) == [200]
+    assert loopback_hub.served("GET", f"/api/models/{text_repo}/tree/{text_sha}") == [200]
     assert model.source["repo"] == "axiong/pmc_oa" and len(model.weights) == 3
 
 

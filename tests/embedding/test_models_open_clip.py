@@ -117,22 +117,18 @@ def test_image_transform_description_rebuilds_the_same_transform(tmp_path: Path)
     assert model.preprocess(image).shape == (3, 32, 32)
 
 
-def test_hf_hub_name_downloads_at_the_pinned_revision(tmp_path: Path, monkeypatch) -> None:
-    import huggingface_hub
-
-    repo = write_hub_repo(tmp_path / "snapshot", tiny_state(5))
-    calls = []
-
-    def fake_snapshot_download(**kwargs):
-        calls.append(kwargs)
-        return str(repo)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    model = load_model({"name": "hf-hub:org/tiny", "revision": REVISION}, CPU)
-    assert calls[0]["repo_id"] == "org/tiny" and calls[0]["revision"] == REVISION
-    assert model.source["revision"] == REVISION and model.weights == [
-        repo / "open_clip_pytorch_model.bin"
-    ]
+def test_hf_hub_name_downloads_at_the_pinned_revision(tmp_path: Path, loopback_hub) -> None:
+    """Through the real client, from a loopback hub whose branch has moved on since the pin."""
+    sha = loopback_hub.commit_folder(
+        "model", "org/tiny", write_hub_repo(tmp_path / "repo", tiny_state(5))
+    )
+    loopback_hub.commit_folder("model", "org/tiny", write_hub_repo(tmp_path / "new", tiny_state(6)))
+    model = load_model({"name": "hf-hub:org/tiny", "revision": sha}, CPU)
+    assert model.source["repo"] == "org/tiny" and model.source["revision"] == sha
+    (weights,) = model.weights
+    assert weights.name == "open_clip_pytorch_model.bin" and sha in str(weights)
+    assert loopback_hub.served("GET", f"/org/tiny/resolve/{sha}/open_clip_pytorch_model.bin")
+    assert not [path for _, path, _ in loopback_hub.requests if "/resolve/main/" in path]
 
 
 @pytest.mark.parametrize("revision", [None, "main", "abc123"])

@@ -26,3 +26,8 @@ def test_a_dry_run_imports_no_model_library(config: Path, tmp_path: Path) -> Non
     modules = set(IMPORTED.findall(result.stderr))
     assert "vlbench.workflow.targets" in modules  # the Snakefile was parsed
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+    # One preflight table; a paper table plans without warnings (missing data is "not run").
+    output = result.stdout + result.stderr
+    assert output.count("vlbench preflight of") == 1
+    if config.name != "config.yaml":  # the demo names its model file relative to the repo
+        assert "vlbench warning" not in output, output[-2000:]

@@ -306,6 +306,10 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
         set_key("benchmarks", "pairs", "prompt_prefix", value="a photo of "),
         from_prepare("pairs"),
     ),
+    "benchmarks.birds.decode": (
+        set_key("benchmarks", "birds", "decode", value={"exif": True}),
+        from_prepare("birds"),
+    ),
     "a model added": (add_model, EXTRA_MODEL | summary()),
     "a model removed": (remove_model, summary(paired_tests=False)),
     "a benchmark added": (add_benchmark, new_benchmark_jobs()),

@@ -4,6 +4,7 @@
 
 import functools
 import re
+import sys
 from pathlib import Path
 
 from snakemake.logging import logger
@@ -35,7 +36,12 @@ from vlbench.workflow.checks import (
     model_spec_for_job,
     source_fingerprint,
 )
+from vlbench.workflow.data_root import expand_data_root
 from vlbench.workflow.fingerprints import fingerprint
+from vlbench.workflow.lockfile import lock_path, read_lock
+from vlbench.workflow.invocation import plans_only
+from vlbench.workflow.pinning import plan_pins
+from vlbench.workflow.preflight import drop_missing, not_run, preflight_rows, render
 from vlbench.workflow.targets import all_targets, metric_files, outcome_files
 from vlbench.yaml_files import check_no_duplicate_keys
 
@@ -56,6 +62,25 @@ try:
         schema_path=workflow.source_path("../schemas/config.schema.yaml"),
     )
     check_model_keys(_validated)
+    _validated = expand_data_root(_validated)
+    # Pin on first use: unpinned hub downloads take their commit from the config's lock file; a
+    # real run (not a dry run, lint or report) first resolves and locks the missing ones.
+    _config_path = Path(list(workflow.overwrite_configfiles or workflow.configfiles)[-1])
+    _lock = lock_path(_config_path)
+    _as_written = _validated
+    _validated, _pin_info, _pin_warnings = plan_pins(
+        _as_written,
+        _lock,
+        _config_path.name,
+        resolve=workflow.is_main_process and not plans_only(sys.argv[1:]),
+    )
+    # One table of every model and benchmark and its state; entries whose local data is
+    # missing are left out of the run (missing_data: skip) and marked "not run".
+    _preflight = preflight_rows(_as_written, read_lock(_lock))
+    _validated, _preflight = drop_missing(_validated, _preflight)
+    for _line in _pin_info:
+        logger.info(f"vlbench pins: {_line}")
+    logger.info(render(_preflight, f"vlbench preflight of {_config_path} (lock: {_lock}):"))
     REFERENCE_CSV = _validated["tables"]["reference"] or str(
         REFERENCE_DIR / "published_results.csv"
     )
@@ -63,14 +88,16 @@ try:
     _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
     raise WorkflowError(str(error)) from None
-# Missing user-supplied paths only warn here, so a dry run can plan a paper table before the
-# data is in place; the job that needs a missing path fails with the same one-line message.
-for _line in missing_local_paths(_validated):
+# With missing_data: fail, missing user-supplied paths only warn here, so a dry run can plan a
+# paper table before the data is in place; the job that needs one fails with the same line.
+for _line in _pin_warnings + missing_local_paths(_validated):
     logger.warning(f"vlbench warning: {_line}")
 config.clear()
 config.update(_validated)
 
 MODELS = sorted(config["models"])
+# Models and benchmarks left out of the run for missing local data (the preflight table).
+NOT_RUN = not_run(_preflight)
 BENCHMARKS = sorted(config["benchmarks"])
 PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
 ALL_TARGETS = all_targets(config, PAPER_TABLES)

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from vlbench.config import source_kind
+from vlbench.data.decode_policy import resolve_policy
 from vlbench.data.sources import source_format
 from vlbench.data.sources.download import fetch_snapshot
 from vlbench.data.sources.writer import write_canonical
@@ -57,21 +58,23 @@ def prepare_benchmark(
     """Locate the source (downloading pinned hub files if needed), read, validate and write it.
 
     `settings` are the benchmark's protocol options (text_type, templates, prompt_prefix,
-    image_policy). `threads` images are checked for decodability at once (the job's
-    Snakemake threads, config key prepare.threads); the output does not depend on it.
+    image_policy, decode: the config's override of the format's decode policy). `threads`
+    images are checked for decodability at once (the job's Snakemake threads, config key
+    prepare.threads); the output does not depend on it.
     Returns the benchmark.json content.
     """
     settings = settings or {}
     protocol_record(protocol)  # an unknown protocol is a one-line error
     where = f"benchmarks.{benchmark}.source"
     name, layout = source_format(protocol, source, where)
+    decode = resolve_policy(name, settings.get("decode"), f"benchmarks.{benchmark}")
     kind = source_kind(source)
     if kind == "hub":
         if layout.hub_patterns is None:
             raise VlbenchError(f"{where}: format {name!r} is read from a local path, not the hub")
         root = fetch_snapshot(
             source["repo"],
-            source["revision"],
+            source.get("revision", ""),
             layout.hub_patterns(source),
             cache_dir=cache_dir,
             verify=source.get("verify", True),
@@ -90,6 +93,7 @@ def prepare_benchmark(
             expected=source.get("expected"),
             where=f"benchmarks.{benchmark}",
             threads=threads,
+            decode=decode,
         )
     except UNREADABLE as exc:
         raise VlbenchError(f"{where}: cannot read {root} ({type(exc).__name__}: {exc})") from exc

@@ -252,8 +252,13 @@ def build_paper_table(
     mapping: ReferenceMap,
     benchmark_keys: list[str],
     tolerance: float,
+    not_run: Mapping[str, list[str]] | None = None,
 ) -> PaperTable:
-    """Fill a layout with our rows and the published rows, in the paper's row order."""
+    """Fill a layout with our rows and the published rows, in the paper's row order.
+
+    `not_run` lists the config's models and benchmarks left out of the run because their local
+    data is missing (the plan's preflight table); the ones this table would show get a note.
+    """
     lookup = published_lookup(reference)
     found = match_metric_rows(metrics, layout, mapping)
     published_on = _published_columns(layout, mapping, benchmark_keys)
@@ -319,4 +324,23 @@ def build_paper_table(
         {value.source for value in reference if value.table == layout.table and any_published}
     )
     table.notes.extend(f"Published values: {source}." for source in sources)
+    table.notes.extend(_not_run_notes(layout, mapping, not_run or {}))
     return table
+
+
+def _not_run_notes(
+    layout: PaperLayout, mapping: ReferenceMap, not_run: Mapping[str, list[str]]
+) -> list[str]:
+    """Notes naming what was not run for missing local data: benchmarks of this layout, models."""
+    benchmarks = sorted(
+        key
+        for key in not_run.get("benchmarks", [])
+        if mapping.benchmark(key).reference in layout.benchmarks
+    )
+    notes = []
+    for kind, keys in (("benchmark", benchmarks), ("model", sorted(not_run.get("models", [])))):
+        if keys:
+            notes.append(
+                f"Not run ({kind} data missing, see `vlbench preflight`): {', '.join(keys)}."
+            )
+    return notes

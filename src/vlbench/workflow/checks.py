@@ -8,12 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
-from vlbench.data.sources.spec import (
-    missing_source_files,
-    named_source_paths,
-    unpinned_sources,
-)
-from vlbench.embedding.models import local_paths, looks_like_path, unpinned
+from vlbench.data.sources.spec import missing_source_files, named_source_paths
+from vlbench.embedding.models import local_paths, looks_like_path
 from vlbench.errors import VlbenchError
 from vlbench.paths import random_checkpoint
 from vlbench.workflow.fingerprints import fingerprint
@@ -91,9 +87,8 @@ def missing_local_paths(config: Mapping[str, Any]) -> list[str]:
             if not (Path(value).is_dir() if is_dir else Path(value).is_file()):
                 kind = "directory" if is_dir else "file"
                 missing.append(f"models.{key}.{field}: {kind} not found: {value}")
-        missing.extend(f"models.{key}: {line}" for line in unpinned(spec))
     for key, spec in config["benchmarks"].items():
         source = spec["source"]
         if source_kind(source) == "path" and not Path(source["path"]).is_dir():
             missing.append(f"benchmarks.{key}.source.path: directory not found: {source['path']}")
-    return missing + missing_source_files(config) + unpinned_sources(config)
+    return missing + missing_source_files(config)

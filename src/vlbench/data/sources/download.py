@@ -30,8 +30,9 @@ def require_pinned(repo: str, revision: str, where: str) -> None:
     """Refuse a placeholder or branch name: every download is pinned to a commit sha."""
     if not PINNED.match(revision or ""):
         raise VlbenchError(
-            f"{where}: dataset {repo} is not pinned (revision {revision!r}); put the 40-hex "
-            f"commit sha from https://huggingface.co/datasets/{repo}/commits/main there"
+            f"{where}: dataset {repo} is not pinned (revision {revision!r}) and not locked; "
+            "run `vlbench lock CONFIG` where the hub can be reached, or put the 40-hex commit "
+            f"sha from https://huggingface.co/datasets/{repo}/commits/main there"
         )
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
-from vlbench.data.sources.download import PINNED
+from vlbench.data.decode_policy import FORMAT_POLICIES, resolve_policy
 from vlbench.paths import synthetic_source
+from vlbench.protocols import protocol as protocol_record
 
-SETTING_KEYS = ("text_type", "templates", "prompt_prefix", "image_policy")
+SETTING_KEYS = ("text_type", "templates", "prompt_prefix", "image_policy", "decode")
 
 
 def local_root(benchmark: str, source: Mapping[str, Any]) -> str:
@@ -22,22 +23,14 @@ def local_root(benchmark: str, source: Mapping[str, Any]) -> str:
     return str(source["path"]) if kind == "path" else ""
 
 
-def protocol_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The benchmark options that shape how a source becomes queries and galleries."""
-    return {key: spec[key] for key in SETTING_KEYS if key in spec}
-
-
-def unpinned_sources(config: Mapping[str, Any]) -> list[str]:
-    """One line per hub source whose revision is still a placeholder, not a commit sha."""
-    lines = []
-    for key, spec in config["benchmarks"].items():
-        source = spec["source"]
-        if source_kind(source) == "hub" and not PINNED.match(source["revision"]):
-            lines.append(
-                f"benchmarks.{key}.source.revision: {source['repo']} is not pinned "
-                f"({source['revision']!r}); its prepare job will fail until it is"
-            )
-    return lines
+def protocol_settings(spec: Mapping[str, Any], where: str = "benchmark") -> dict[str, Any]:
+    """The benchmark options that shape how a source becomes queries and galleries, with the
+    resolved decode policy (the format's default under the config's `decode` keys)."""
+    settings = {key: spec[key] for key in SETTING_KEYS if key in spec}
+    name = spec["source"].get("format") or protocol_record(spec["protocol"]).default_format
+    if name in FORMAT_POLICIES:  # an unknown or missing format fails in the prepare job
+        settings["decode"] = resolve_policy(name, spec.get("decode"), where).as_dict()
+    return settings
 
 
 def named_source_paths(source: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -42,8 +42,9 @@ def require_revision(label: str, repo: str, revision: str | None, key: str = "re
     """The pinned commit of a hub repository, or a one-line error saying how to pin it."""
     if not revision:
         raise VlbenchError(
-            f"model {label}: hub repository {repo} is not pinned; set '{key}' to a 40-hex commit "
-            f"sha (list the current ones with: python -m vlbench.embedding.models.pin CONFIG)"
+            f"model {label}: hub repository {repo} is not pinned and not locked; run "
+            f"`vlbench lock CONFIG` where the hub can be reached, or set '{key}' to a 40-hex "
+            "commit sha"
         )
     if not COMMIT_PATTERN.match(revision):
         raise VlbenchError(

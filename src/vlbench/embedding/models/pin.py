@@ -2,6 +2,7 @@
 
 Usage: python -m vlbench.embedding.models.pin config/biomedflickr.yaml [more configs]
 Copy the printed shas into the config after checking them: a pin is a decision, not a default.
+`vlbench lock CONFIG` does the same for models and datasets and writes the config's lock file.
 """
 
 from __future__ import annotations

@@ -1,0 +1,59 @@
+"""`vlbench lock CONFIG`: resolve every unpinned hub download of a config up front."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from vlbench.config import validate_config
+from vlbench.errors import VlbenchError
+from vlbench.workflow.lockfile import lock_path, read_lock, write_lock
+from vlbench.workflow.pinning import hub_uses, resolve_missing, summary_lines, unlocked
+from vlbench.yaml_files import read_yaml_mapping
+
+
+def lock_config(
+    config_path: str | Path,
+    update: bool = False,
+    check: bool = False,
+    ask: Callable[[str, str, str], str] | None = None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Write the config's lock file; print one line per hub repository; 1 if any failed.
+
+    `update` moves locked entries to their branch's current commit; `check` asks no hub and
+    fails when anything is pinned neither in the config nor in the lock (for CI).
+    """
+    config_path = Path(config_path)
+    config = validate_config(read_yaml_mapping(config_path, "config file"), str(config_path))
+    lock = lock_path(config_path)
+    uses, pins = hub_uses(config), read_lock(lock)
+    failures: list[str] = []
+    if check:
+        failures = [
+            f"{use.where}: {use.repo_type} {use.repo} is pinned neither in the config nor in {lock}"
+            for use in unlocked(uses, pins)
+        ]
+    else:
+        new_pins, failures = resolve_missing(uses, pins, update=update, ask=ask)
+        if new_pins != pins:
+            write_lock(lock, new_pins, config_path.name)
+            print(f"wrote {lock}", file=out)
+        pins = new_pins
+    for line in summary_lines(uses, pins):
+        print(line, file=out)
+    for line in failures:
+        print(f"vlbench error: {line}", file=err)
+    return 1 if failures else 0
+
+
+def run_lock(config: str, update: bool, check: bool) -> int:
+    """CLI entry: one-line errors for a bad config or lock file."""
+    try:
+        return lock_config(config, update=update, check=check)
+    except VlbenchError as error:
+        print(f"vlbench error: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,156 @@
+"""One table of every model and benchmark of a config and whether it can run.
+
+States: pinned / locked / will pin on first use (hub downloads), local file present, generated
+(synthetic data, random weights), or missing (a local folder or file that is not there, with
+the layout it needs). With `missing_data: skip` (the default) planning leaves the missing ones
+out of the run and the table says "not run"; `missing_data: fail` plans them anyway, so their
+jobs fail naming the path. `vlbench preflight CONFIG` prints the same table without planning.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vlbench.config import source_kind
+from vlbench.embedding.models.dispatch import local_paths
+from vlbench.protocols import PROTOCOLS
+from vlbench.workflow.checks import missing_local_paths
+from vlbench.workflow.lockfile import Pin
+from vlbench.workflow.pinning import FIRST_USE, LOCKED, PINNED, commit_of, hub_uses, state
+
+MISSING, NOT_RUN = "missing", "not run: missing"
+PRESENT, GENERATED, BUILT_IN = "local files present", "generated", "download pinned by its URL"
+SKIP = "skip"
+# The layout a local benchmark folder needs, by source format (config/README.md has the detail).
+LAYOUTS = {
+    "hf_parquet": "the hub repository's layout: data/<split>-*.parquet",
+    "biovita": "the hub repository's layout (MTEB BioVITA parquet configs)",
+    "inquire": "the hub repository's layout (INQUIRE-Rerank parquet)",
+    "imagefolder_csv": "a metadata CSV (filepath,class or the named columns) + the images",
+    "annotation_csv": "the annotation CSV (id, source_url, captions, md5) + <images>/<id>.jpg",
+    "nlphuji_csv_zip": "the CSV with a caption list + the image zip",
+    "clip_benchmark_wds": "webdataset tar shards <split>/<n>.tar",
+    "karpathy_json": "the Karpathy split JSON + the image folder",
+}
+SEVERITY = {PINNED: 0, LOCKED: 1, FIRST_USE: 2}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    kind: str  # model or benchmark
+    key: str
+    state: str
+    detail: str
+
+    @property
+    def missing(self) -> bool:
+        return self.state in (MISSING, NOT_RUN)
+
+
+def _hub_state(config: Mapping[str, Any], pins: Mapping[str, Pin]) -> tuple[str, str] | None:
+    """The least settled pin state of an entry's hub downloads, and what they are."""
+    uses = hub_uses(config)
+    if not uses:
+        return None
+    worst = max((state(use, pins) for use in uses), key=SEVERITY.__getitem__)
+    detail = ", ".join(
+        f"{use.repo_type} {use.repo} @ {(commit_of(use, pins) or '-')[:12]}" for use in uses
+    )
+    return worst, detail
+
+
+def _layout(spec: Mapping[str, Any]) -> str:
+    protocol = PROTOCOLS.get(spec["protocol"])
+    name = spec["source"].get("format") or (protocol.default_format if protocol else "") or ""
+    return LAYOUTS.get(name, name)
+
+
+def model_row(key: str, spec: Mapping[str, Any], pins: Mapping[str, Pin], missing: str) -> Row:
+    """The table row of one model."""
+    alone = {"models": {key: spec}, "benchmarks": {}}
+    lines = missing_local_paths(alone)
+    if lines:
+        return Row("model", key, missing, "; ".join(lines))
+    if "random_init_seed" in spec:
+        return Row("model", key, GENERATED, "seeded random weights (demos and tests)")
+    hub = _hub_state(alone, pins)
+    if hub is not None:
+        return Row("model", key, *hub)
+    paths = [value for _, value, _ in local_paths(spec)]
+    if paths:
+        return Row("model", key, PRESENT, ", ".join(paths))
+    return Row("model", key, BUILT_IN, f"{spec.get('name')} {spec.get('pretrained', '')}".strip())
+
+
+def benchmark_row(key: str, spec: Mapping[str, Any], pins: Mapping[str, Pin], missing: str) -> Row:
+    """The table row of one benchmark."""
+    source = spec["source"]
+    kind = source_kind(source)
+    if kind == "synthetic":
+        synthetic = source["synthetic"]
+        detail = f"synthetic: {synthetic.get('pairs')} pairs, seed {synthetic.get('seed', 0)}"
+        return Row("benchmark", key, GENERATED, detail)
+    alone = {"models": {}, "benchmarks": {key: spec}}
+    if kind == "hub":
+        hub = _hub_state(alone, pins)
+        assert hub is not None
+        return Row("benchmark", key, *hub)
+    lines = missing_local_paths(alone)
+    if lines:
+        return Row("benchmark", key, missing, f"{'; '.join(lines)} (needs {_layout(spec)})")
+    return Row("benchmark", key, PRESENT, str(source["path"]))
+
+
+def preflight_rows(config: Mapping[str, Any], pins: Mapping[str, Pin]) -> list[Row]:
+    """Every model, then every benchmark, of a validated config (data_root expanded)."""
+    missing = NOT_RUN if config.get("missing_data", SKIP) == SKIP else MISSING
+    rows = [model_row(key, spec, pins, missing) for key, spec in config["models"].items()]
+    rows += [benchmark_row(k, s, pins, missing) for k, s in config["benchmarks"].items()]
+    return rows
+
+
+def render(rows: list[Row], title: str) -> str:
+    """The table as aligned plain text, one row per line, under a title line."""
+    header = ("", "key", "state", "detail")
+    cells = [header] + [(row.kind, row.key, row.state, row.detail) for row in rows]
+    widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
+    lines = [title]
+    for cell in cells:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=False)))
+        lines[-1] += "  " + cell[3]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def drop_missing(config: Mapping[str, Any], rows: list[Row]) -> tuple[dict[str, Any], list[Row]]:
+    """The config without the entries whose local data is missing (`missing_data: skip`), and
+    the rows with their final states.
+
+    When every model (or every benchmark) is missing there is nothing else to run: those are
+    planned anyway, so their jobs fail naming the path, and their rows say "missing".
+    """
+    kept = copy.deepcopy(dict(config))
+    if config.get("missing_data", SKIP) != SKIP:
+        return kept, rows
+    final = []
+    for row in rows:
+        section = f"{row.kind}s"
+        everything_missing = all(r.missing for r in rows if r.kind == row.kind)
+        if row.missing and everything_missing:
+            row = Row(row.kind, row.key, MISSING, row.detail)
+        elif row.missing:
+            del kept[section][row.key]
+        final.append(row)
+    return kept, final
+
+
+def not_run(rows: list[Row]) -> dict[str, list[str]]:
+    """The keys marked "not run", by section (models, benchmarks), for the paper tables."""
+    return {
+        section: sorted(row.key for row in rows if row.state == NOT_RUN and row.kind == kind)
+        for section, kind in (("models", "model"), ("benchmarks", "benchmark"))
+    }
