@@ -9,6 +9,7 @@ policy, read by `ImageChunks`, then the cached-pixel tensor step): the tensors a
 
 from __future__ import annotations
 
+import importlib
 import io
 import tarfile
 from collections.abc import Callable
@@ -144,8 +145,8 @@ def write_files(folder: Path) -> dict[str, Path]:
 
 def clip_benchmark_wds(root: Path, preprocess: Preprocess) -> dict[str, torch.Tensor]:
     """clip_benchmark's `build_wds_dataset` over a one-shard retrieval webdataset."""
-    builder = pytest.importorskip("clip_benchmark.datasets.builder")
-    pytest.importorskip("webdataset")
+    builder = importlib.import_module("clip_benchmark.datasets.builder")
+    importlib.import_module("webdataset")
     (root / "test").mkdir(parents=True)
     with tarfile.open(root / "test" / "0.tar", "w") as tar:
         for index, (suffix, data) in enumerate(FIXTURES.values()):
@@ -162,7 +163,7 @@ def clip_benchmark_wds(root: Path, preprocess: Preprocess) -> dict[str, torch.Te
 
 def datasets_images() -> list[Image.Image]:
     """The fixtures as the `datasets` Image feature hands them out (hub parquet, mteb, INQUIRE)."""
-    datasets = pytest.importorskip("datasets")
+    datasets = importlib.import_module("datasets")
     features = datasets.Features({"image": datasets.Image()})
     rows = [{"bytes": data, "path": None} for _, data in FIXTURES.values()]
     dataset = datasets.Dataset.from_dict({"image": rows}, features=features)

@@ -9,6 +9,7 @@ preprocess on the image as it is, sklearn AP per query) gives the same AP.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import tarfile
@@ -166,8 +167,8 @@ def hits(workdir: Path, bench: str) -> dict[str, dict[int, int]]:
 @pytest.fixture(scope="module")
 def clip_benchmark_hits(finished: Path) -> dict[str, dict[int, int]]:
     """clip_benchmark's own run on the webdataset: its loader, its batching, its recall."""
-    builder = pytest.importorskip("clip_benchmark.datasets.builder")
-    zsr = pytest.importorskip("clip_benchmark.metrics.zeroshot_retrieval")
+    builder = importlib.import_module("clip_benchmark.datasets.builder")
+    zsr = importlib.import_module("clip_benchmark.metrics.zeroshot_retrieval")
     model, preprocess, tokenizer = reference_model(finished)
     dataset = builder.build_wds_dataset("wds_flickr", preprocess, "test", str(finished / "wds"))
     loader = torch.utils.data.DataLoader(
@@ -187,8 +188,8 @@ def clip_benchmark_hits(finished: Path) -> dict[str, dict[int, int]]:
 def inquire_reference_ap(finished: Path) -> float:
     """INQUIRE's eval_clip_rerank_hf.py: `datasets` Image, preprocess(ex["image"]) as it is,
     one batch of images, each query's text alone, sklearn AP over all its candidates."""
-    datasets = pytest.importorskip("datasets")
-    metrics = pytest.importorskip("sklearn.metrics")
+    datasets = importlib.import_module("datasets")
+    metrics = importlib.import_module("sklearn.metrics")
     model, preprocess, tokenizer = reference_model(finished)
     files = sorted((finished / "inquire" / "data").glob("test-*.parquet"))
     dataset = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
