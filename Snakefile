@@ -17,6 +17,12 @@ include: "workflow/rules/metrics.smk"
 include: "workflow/rules/tables.smk"
 
 
+# A local run starts its warm workers while the first jobs run (config/README.md, warm_workers).
+onstart:
+    if workflow.local_exec:
+        prewarm_workers(workflow.dag.needrun_jobs())
+
+
 rule all:
     input:
         ALL_TARGETS,

@@ -51,7 +51,7 @@ from vlbench.embedding.matrices import embed_modality_sharded
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.shard_files import load_embeddings, read_snakemake_benchmark
 from vlbench.embedding.shards import EmbedSettings, embed_rows
-from vlbench.embedding.warm_client import stop_workers
+from vlbench.warm.client import stop_workers
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

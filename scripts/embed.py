@@ -1,12 +1,11 @@
 """Rule embed_shard: shard k of every modality of one benchmark through one loaded model.
 
 The job itself is `vlbench.embedding.shard_job.run`; this script only turns Snakemake's job into
-its payload and hands it to a warm worker (or runs it here: `vlbench.embedding.warm_client`).
+its payload and hands it to a warm worker (or runs it here: `vlbench.warm.client`).
 """
 
-from vlbench.embedding.warm_client import run_job
+from vlbench.warm.client import run_job
 
-embedding = snakemake.config["embedding"]
 payload = {
     "log": snakemake.log[0],
     "benchmark": snakemake.wildcards.benchmark,
@@ -15,7 +14,7 @@ payload = {
     "identity": dict(snakemake.params.identity),
     # Result keys come as params; speed knobs (RUN_TIME_KEYS) from the config, so that
     # changing them reruns nothing.
-    "embedding": {**embedding, **snakemake.params.identity["embedding"]},
+    "embedding": {**snakemake.config["embedding"], **snakemake.params.identity["embedding"]},
     "pixel_cache_dir": snakemake.params.pixel_cache_dir,
     "threads": snakemake.threads,  # after --set-threads and the --cores cap
     "work": {
@@ -29,4 +28,5 @@ payload = {
     "embeddings_dir": snakemake.params.embeddings_dir,
     "record": snakemake.output.record,
 }
-run_job("vlbench.embedding.shard_job:run", payload, embedding["worker_idle_seconds"])
+idle_seconds = snakemake.config["warm_workers"]["idle_seconds"]
+run_job("vlbench.embedding.shard_job:run", payload, idle_seconds)

@@ -1,5 +1,10 @@
 """Rule gather_embeddings: concatenate a modality's shards into one matrix, ids and provenance."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 from pathlib import Path
 
 from vlbench.embedding.shard_files import gather_shards, stored_shards

@@ -1,5 +1,10 @@
 """Rule metrics: the protocol's metrics, intervals and chance levels from one direction's ranks."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 import json
 
 from vlbench.metrics.job import write_metrics

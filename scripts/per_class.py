@@ -1,5 +1,10 @@
 """Rule per_class: zero-shot top-1/top-5 accuracy per true class."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 import json
 
 from vlbench.metrics.job import write_per_class

@@ -1,5 +1,10 @@
 """Checkpoint plan_shards: cut one modality of a prepared benchmark into row ranges."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 from vlbench.embedding.shard_files import write_shard_plan
 from vlbench.rule_log import rule_log
 

@@ -1,5 +1,10 @@
 """Rule provenance: weights, dataset revision, versions, device and timings behind one benchmark."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 from vlbench.report.provenance import collect_provenance, write_provenance
 from vlbench.rule_log import rule_log
 

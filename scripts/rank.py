@@ -1,5 +1,10 @@
 """Rule rank: exact ranks of every relevant gallery item for every query of one direction."""
 
+from vlbench.warm.client import hand_over_script
+
+# In the rule's own process: run this script in a warm worker's child (see the module).
+hand_over_script(snakemake, globals())
+
 from pathlib import Path
 
 from vlbench.rank.job import rank_direction

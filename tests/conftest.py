@@ -12,7 +12,7 @@ import pytest
 from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test)
 from workflow_helpers import run_in_own_session, write_shared_demo
 
-from vlbench.embedding.warm_client import WORKER_DIR_ENV, stop_workers
+from vlbench.warm.client import WORKER_DIR_ENV, stop_workers
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on

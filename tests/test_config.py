@@ -159,10 +159,8 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     filled = validate(minimal())
     embed = asdict(EmbedSettings.from_config("b"))
     assert schema_defaults("embedding") == filled["embedding"]
-    # Read by the planner (shard_size) and by the rule script (worker_idle_seconds) instead.
-    elsewhere = {"shard_size", "worker_idle_seconds"}
-    assert {key: embed[key] for key in filled["embedding"] if key not in elsewhere} == {
-        key: value for key, value in filled["embedding"].items() if key not in elsewhere
+    assert {key: embed[key] for key in filled["embedding"] if key != "shard_size"} == {
+        key: value for key, value in filled["embedding"].items() if key != "shard_size"
     }
     stats = StatsSettings.from_config()
     assert asdict(stats) == {key: filled["metrics"][key] for key in asdict(stats)}
@@ -190,7 +188,9 @@ def readme_rows(section: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("section", ["prepare", "embedding", "ranking", "metrics", "tables"])
+@pytest.mark.parametrize(
+    "section", ["prepare", "embedding", "warm_workers", "ranking", "metrics", "tables"]
+)
 def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
     assert set(readme_rows(section)) == set(schema_defaults(section))
 

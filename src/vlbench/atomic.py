@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # environment lookup.
 CRASH_ENV = "VLBENCH_CRASH_BEFORE"
 # The process group Snakemake started a job in, when the job runs in another process group (a
-# warm embedding worker's child, vlbench.embedding.warm_server).
+# warm embedding worker's child, vlbench.warm.server).
 JOB_GROUP_ENV = "VLBENCH_JOB_PGID"
 
 

@@ -17,7 +17,8 @@ from vlbench.errors import VlbenchError
 # so changing one reruns nothing; the jobs read them from the config at run time.
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
-    "embedding": ("threads", "num_workers", "pixel_cache", "worker_idle_seconds"),
+    "embedding": ("threads", "num_workers", "pixel_cache"),
+    "warm_workers": ("idle_seconds",),
     "prepare": ("threads",),
     "ranking": ("block_mb",),
 }

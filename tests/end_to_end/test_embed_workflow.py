@@ -75,7 +75,7 @@ def test_jobs_in_their_own_process_embed_what_the_warm_worker_embedded(
     demo_run: Path, tmp_path: Path
 ) -> None:
     """The demo's shard jobs ran in a warm worker's children; the same jobs in their own
-    processes (`worker_idle_seconds: 0`) write byte-identical shards."""
+    processes (`warm_workers.idle_seconds: 0`) write byte-identical shards."""
     workdir = copy_of_run(demo_run, tmp_path)
     for shard in ("shard-00000", "shard-00001"):
         log = (demo_run / "logs" / "embed_shard" / "tiny" / "demo" / f"{shard}.log").read_text()
@@ -84,7 +84,7 @@ def test_jobs_in_their_own_process_embed_what_the_warm_worker_embedded(
     shutil.rmtree(workdir / "results" / "pixels")
     config = workdir / "config.yaml"
     settings = yaml.safe_load(config.read_text())
-    settings.setdefault("embedding", {})["worker_idle_seconds"] = 0
+    settings["warm_workers"] = {"idle_seconds": 0}
     config.write_text(yaml.safe_dump(settings))
     run_workflow(workdir, config, f"{STEM}/image.npy", f"{STEM}/text.npy", "--cores", "2")
     for shard in ("shard-00000", "shard-00001"):

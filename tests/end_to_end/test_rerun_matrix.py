@@ -262,10 +262,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "embedding.threads": (set_key("embedding", "threads", value=1), set()),
     "prepare.threads": (set_key("prepare", "threads", value=1), set()),
     "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
-    "embedding.worker_idle_seconds": (
-        set_key("embedding", "worker_idle_seconds", value=0),
-        set(),
-    ),
+    "warm_workers.idle_seconds": (set_key("warm_workers", "idle_seconds", value=0), set()),
     "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
     "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
     "embedding.shard_size": (

@@ -43,6 +43,7 @@ from vlbench.workflow.invocation import plans_only
 from vlbench.workflow.pinning import plan_pins
 from vlbench.workflow.preflight import drop_missing, not_run, preflight_rows, render
 from vlbench.workflow.targets import all_targets, metric_files, outcome_files
+from vlbench.warm.client import prewarm
 from vlbench.yaml_files import check_no_duplicate_keys
 
 # The default experiment applies only when no --configfile is given, so a user's config file
@@ -283,3 +284,15 @@ def benchmark_examples_inputs(wildcards):
             inputs[key].append(path)
         inputs["ranks"].append(f"results/ranks/{model}/{wildcards.benchmark}/{direction}.parquet")
     return inputs
+
+
+def prewarm_workers(dag_jobs):
+    """When a local run starts: start the warm workers its jobs will use, in the background, so
+    that their imports happen while the first jobs run (config/README.md, warm_workers)."""
+    idle_seconds = config["warm_workers"]["idle_seconds"]
+    rules = {job.rule.name for job in dag_jobs}
+    # Embedding jobs follow the shard plans, which a checkpoint makes: start for either.
+    if rules & {"embed_shard", "plan_shards"}:
+        prewarm("embedding", idle_seconds)
+    if rules - {"embed_shard"}:
+        prewarm("light", idle_seconds)

@@ -2,7 +2,7 @@
 
 `run` takes a plain-data job description (`payload`, built from Snakemake's job by
 `scripts/embed.py`), so that the same job runs in the rule's own process or in a warm worker
-(`vlbench.embedding.warm_client`) that has torch and the model libraries imported already.
+(`vlbench.warm.client`) that has torch and the model libraries imported already.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from vlbench.embedding.matrices import EmbedSettings, model_record
 from vlbench.embedding.models import load_model
 from vlbench.embedding.shard_files import read_shard_plan
 from vlbench.embedding.shards import ShardWork, embed_shard_job
-from vlbench.embedding.warm_client import WARM_WORKER_ENV
 from vlbench.rule_log import rule_log
+from vlbench.warm.client import WARM_WORKER_ENV
 
 
 def run(payload: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from vlbench.atomic import write_text
 from vlbench.config import RUN_TIME_KEYS, schema_defaults
 from vlbench.data.canonical import ID_COLUMNS
+from vlbench.data.decode_policy import read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import (
     ImageChunks,
@@ -113,6 +114,7 @@ def image_input_batches(
     """
     pipeline = ImagePipeline.from_model(model)
     stats["pixel_geometry"] = pipeline.summary
+    stats["decode_policy"] = read_policy(source).as_dict()
     if not (settings.pixel_cache and pipeline.cacheable):
         stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
         yield from _decoded_batches(model, pipeline, source, start, stop, settings, None)

@@ -1,19 +1,22 @@
-"""Run an embedding job in a warm worker: torch and the model libraries imported once per machine.
+"""Run a rule's job in a warm worker: its heavy imports done once per machine.
 
-On a GPU the forward pass is cheap and a job's own start-up (importing torch, torchvision,
-open_clip and transformers: about 5 s) dominates. So an embedding rule's process stays light: it
-sends its job (a target function and a plain-data payload, plus its stdin/stdout/stderr, working
-directory, environment and umask) over a Unix socket to a warm worker
-(`vlbench.embedding.warm_server`), which forks a child with everything imported; the child runs
-the job exactly as the rule's process would, and its exit status becomes the rule's.
+On a GPU the forward pass is cheap and a job's own start-up dominates: importing torch,
+torchvision, open_clip and transformers takes about 5 s per embedding job, and numpy, pyarrow,
+polars and Snakemake's script support most of a light job's second. So a rule's process stays
+light: it sends its job (a target function and a plain-data payload, plus its stdin/stdout/
+stderr, working directory, environment, umask and process group) over a Unix socket to a warm
+worker (`vlbench.warm.server`) of the job's profile (`PROFILES`: "embedding", "light"), which
+forks a child with everything imported; the child runs the job exactly as the rule's process
+would, and its exit status becomes the rule's. A light rule script hands itself over whole
+(`hand_over_script`).
 
 * The first job on a machine starts the worker (a detached process) and waits for it; later jobs
-  connect to it. It exits after `idle_seconds` without a job.
+  connect to it. It exits after `idle_seconds` without a job (config `warm_workers`).
 * A worker serves only jobs that would have imported the very same code: its socket's name is a
-  hash of the Python executable, `sys.path`, the vlbench package's files, the distributions
-  installed on `sys.path` (names and versions) and the environment. Edit the code, upgrade a
-  package or change an environment variable, and the next job starts a new worker (the old one
-  idles out).
+  hash of the profile, the Python executable, `sys.path`, the vlbench package's files, the
+  distributions installed on `sys.path` (names and versions) and the environment. Edit the
+  code, upgrade a package or change an environment variable, and the next job starts a new
+  worker (the old one idles out).
 * A job killed by Snakemake closes its socket and the worker kills the job's child (with its
   decode workers); outputs are written atomically, so nothing finished-looking is left.
 * `idle_seconds: 0`, a job inside a SLURM allocation (a worker started there would die with the
@@ -28,6 +31,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -48,10 +52,42 @@ from vlbench.errors import VlbenchError
 WORKER_DIR_ENV = "VLBENCH_WORKER_DIR"
 # Set in a job's environment when it runs in a worker's child: the worker's pid.
 WARM_WORKER_ENV = "VLBENCH_WARM_WORKER"
+# Set in a light rule script's child: the script file it runs (`hand_over_script`).
+WARM_SCRIPT_ENV = "VLBENCH_WARM_SCRIPT"
+# What each profile's worker imports (`vlbench.warm.server.PRELOADS`) and which jobs it serves.
+PROFILES = ("embedding", "light")
 STARTUP_SECONDS = 120.0
 HEADER = struct.Struct("!Q")
 SHORT_ADDRESS = 100  # bytes; a Unix socket address holds at most 107
 CODE_SUFFIXES = (".py", ".json", ".yaml")
+# The libraries the workers import (their origins are part of the key).
+LIBRARIES = (
+    "torch",
+    "torchvision",
+    "open_clip",
+    "transformers",
+    "huggingface_hub",
+    "numpy",
+    "pyarrow",
+    "polars",
+    "snakemake",
+)
+# Set per job by Snakemake (threads, temporary folder) or by the shell; a worker's child takes
+# the job's own values (and torch's threads are set from the job's), so they are not keyed.
+PER_JOB_VARIABLES = (
+    "_",
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "TEMPDIR",
+    "_RJEM_MALLOC_CONF",
+)
 INSTALL_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
 
@@ -83,7 +119,7 @@ def _package_files(root: Path) -> Iterator[Path]:
 
 
 def installed_distributions(folder: str) -> list[str]:
-    """Names of the installed distributions (with versions) and .pth files in a sys.path folder."""
+    """Names of the installed distributions (with versions) and .pth files in a folder."""
     try:
         names = os.listdir(folder or ".")
     except OSError:
@@ -91,27 +127,49 @@ def installed_distributions(folder: str) -> list[str]:
     return sorted(name for name in names if name.endswith(INSTALL_SUFFIXES))
 
 
-def worker_key(environ: dict[str, str] | None = None) -> str:
-    """Hash of everything a warm worker's imports depend on (see the module docstring)."""
+def library_origins() -> dict[str, Any]:
+    """Where each library a worker imports would come from, and what is installed beside it
+    (found without importing anything)."""
+    origins: dict[str, Any] = {}
+    for name in LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = spec.origin if spec and spec.origin else None
+        folder = str(Path(origin).parent.parent) if origin else ""
+        origins[name] = [origin, installed_distributions(folder) if folder else []]
+    return origins
+
+
+def worker_key(environ: dict[str, str] | None = None, profile: str = "embedding") -> str:
+    """The profile and a hash of everything its worker's imports depend on (module docstring).
+
+    Variables Snakemake sets per job (`PER_JOB_VARIABLES`) are left out: the child takes the
+    job's own values, so the main Snakemake process computes the same key as its jobs.
+    """
     environ = dict(os.environ if environ is None else environ)
-    environ.pop("_", None)  # the shell's last command: differs between otherwise equal jobs
+    for name in PER_JOB_VARIABLES:
+        environ.pop(name, None)
     digest = hashlib.sha256()
     root = package_dir()
     for path in _package_files(root):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     context = {
+        "profile": profile,
         "python": sys.executable,
         "version": sys.version,
-        "path": {entry: installed_distributions(entry) for entry in sys.path},
+        "package": str(root),
+        "libraries": library_origins(),
         "env": environ,
     }
     digest.update(json.dumps(context, sort_keys=True).encode())
-    return digest.hexdigest()[:20]
+    return f"{profile}-{digest.hexdigest()[:20]}"
 
 
 def worker_paths(key: str) -> dict[str, Path]:
     """Socket, lock, pid and log file of the worker with this key."""
-    base = worker_dir() / f"embed-{key}"
+    base = worker_dir() / key
     return {kind: base.with_suffix(f".{kind}") for kind in ("sock", "lock", "pid", "log")}
 
 
@@ -193,34 +251,65 @@ def _server_starting(lock_path: Path) -> bool:
     return False
 
 
-def start_server(paths: dict[str, Path], idle_seconds: float) -> subprocess.Popen[bytes]:
-    """Start a detached warm worker that imports the same vlbench package as this process."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(package_dir().parent), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    command = [sys.executable, "-m", "vlbench.embedding.warm_server"]
-    command += [str(paths["sock"]), "--idle-seconds", str(idle_seconds)]
-    log: BinaryIO
-    with open(paths["log"], "ab") as log:
-        return subprocess.Popen(
-            command,
-            env=env,
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
+def start_server(
+    paths: dict[str, Path], idle_seconds: float, profile: str
+) -> subprocess.Popen[bytes] | None:
+    """Start a detached warm worker that imports the same vlbench package as this process;
+    None when another worker holds the lock (it is starting or serving).
+
+    The lock is taken here and handed to the worker, so two jobs that find no worker at the
+    same moment start one between them.
+    """
+    lock = os.open(paths["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(package_dir().parent), *filter(None, [env.get("PYTHONPATH")])]
         )
+        command = [sys.executable, "-m", "vlbench.warm.server", str(paths["sock"])]
+        command += ["--idle-seconds", str(idle_seconds), "--profile", profile]
+        command += ["--lock-fd", str(lock)]
+        log: BinaryIO
+        with open(paths["log"], "ab") as log:
+            return subprocess.Popen(
+                command,
+                env=env,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                pass_fds=(lock,),
+            )
+    finally:
+        os.close(lock)  # the worker's copy keeps the lock
 
 
-def connect_to_worker(key: str, idle_seconds: float) -> socket.socket:
+def prewarm(profile: str, idle_seconds: float) -> bool:
+    """Start a worker of `profile` in the background unless one is serving or starting; whether
+    one was started. The Snakefile calls it when a local run begins, so that the imports happen
+    while the first jobs (preparing the data) run."""
+    if no_worker_here(idle_seconds):
+        return False
+    paths = worker_paths(worker_key(profile=profile))
+    conn = _connect(paths["sock"])
+    if conn is not None:
+        conn.close()
+        return False
+    return start_server(paths, idle_seconds, profile) is not None
+
+
+def connect_to_worker(key: str, idle_seconds: float, profile: str) -> socket.socket:
     """A connection to the worker with this key, starting one if none is running."""
     paths = worker_paths(key)
     conn = _connect(paths["sock"])
     if conn is not None:
         return conn
-    started = None if _server_starting(paths["lock"]) else start_server(paths, idle_seconds)
+    started = start_server(paths, idle_seconds, profile)
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
         conn = _connect(paths["sock"])
@@ -255,10 +344,12 @@ def _wait_for_exit(conn: socket.socket, log_path: Path) -> int:
             return 128 + int(message["signal"])
 
 
-def run_in_worker(target: str, payload: dict[str, Any], idle_seconds: float) -> int:
+def run_in_worker(
+    target: str, payload: dict[str, Any], idle_seconds: float, profile: str = "embedding"
+) -> int:
     """Run `module:function` on the payload in a forked child of the warm worker; its status."""
-    key = worker_key()
-    conn = connect_to_worker(key, idle_seconds)
+    key = worker_key(profile=profile)
+    conn = connect_to_worker(key, idle_seconds, profile)
     with conn:
         request = {
             "target": target,
@@ -277,7 +368,7 @@ def run_in_worker(target: str, payload: dict[str, Any], idle_seconds: float) -> 
 def stop_workers(directory: Path | None = None) -> list[int]:
     """Stop every warm worker with a pid file in `directory` (default: `worker_dir()`)."""
     stopped = []
-    for pid_file in sorted((directory or worker_dir()).glob("embed-*.pid")):
+    for pid_file in sorted((directory or worker_dir()).glob("*.pid")):
         try:
             pid = int(pid_file.read_text())
             os.kill(pid, signal.SIGTERM)
@@ -287,20 +378,51 @@ def stop_workers(directory: Path | None = None) -> list[int]:
     return stopped
 
 
-def run_job(target: str, payload: dict[str, Any], idle_seconds: float) -> None:
-    """Run an embedding job in a warm worker when one can serve it, else in this process.
+def no_worker_here(idle_seconds: float) -> bool:
+    """Whether jobs run in their own process: workers off, or inside a SLURM allocation."""
+    return idle_seconds <= 0 or bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def run_job(
+    target: str, payload: dict[str, Any], idle_seconds: float, profile: str = "embedding"
+) -> None:
+    """Run a job in a warm worker of `profile` when one can serve it, else in this process.
 
     Exits with the job's status when the job fails in the worker (its error is already on this
     process's stderr and in the rule's log).
     """
-    if idle_seconds <= 0 or os.environ.get("SLURM_JOB_ID"):
+    if no_worker_here(idle_seconds):
         run_in_process(target, payload)
         return
     try:
-        status = run_in_worker(target, payload, idle_seconds)
+        status = run_in_worker(target, payload, idle_seconds, profile)
     except VlbenchError as error:
         sys.stderr.write(f"vlbench: {error}; running the job in this process instead\n")
         run_in_process(target, payload)
         return
     if status:
         raise SystemExit(status)
+
+
+def hand_over_script(snakemake: Any, script_globals: dict[str, Any]) -> None:
+    """First call of a light rule script: run the whole script in a warm worker's child.
+
+    Snakemake runs a rule script as a temporary file (its `__real_file__`) that starts by
+    unpickling the job; the child runs that same file, so it rebuilds the same `snakemake`
+    object, calls this again (which then returns) and does the job. In the rule's own process
+    this exits with the child's status; it returns when the script should run here instead.
+    """
+    script = script_globals.get("__real_file__") or script_globals["__file__"]
+    if os.environ.get(WARM_SCRIPT_ENV) == script:
+        return  # this is the child
+    idle_seconds = float(snakemake.config.get("warm_workers", {}).get("idle_seconds", 0))
+    if no_worker_here(idle_seconds):
+        return
+    try:
+        status = run_in_worker(
+            "vlbench.warm.scripts:run_script", {"script": script}, idle_seconds, "light"
+        )
+    except VlbenchError as error:
+        sys.stderr.write(f"vlbench: {error}; running the job in this process instead\n")
+        return
+    raise SystemExit(status)

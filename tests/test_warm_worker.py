@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from vlbench.embedding import warm_client
 from vlbench.errors import VlbenchError
+from vlbench.warm import client as warm_client
 
 JOBS = """
 import json, os, subprocess, sys, time
@@ -55,7 +55,7 @@ def hang(payload):
 
 CLIENT = """
 import json, os, sys
-from vlbench.embedding.warm_client import run_job
+from vlbench.warm.client import run_job
 print("client", os.getpid(), flush=True)
 run_job(sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]))
 """
@@ -69,7 +69,7 @@ def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (directory / "client.py").write_text(CLIENT)
     # The key a client in this folder computes (its sys.path starts with the script's folder).
     (directory / "key.py").write_text(
-        "from vlbench.embedding.warm_client import worker_key\nprint(worker_key())\n"
+        "from vlbench.warm.client import worker_key\nprint(worker_key())\n"
     )
     return directory
 
@@ -126,8 +126,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().split(") ", 1)[1][0] != "Z"  # a zombie has finished
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"  # a zombie has finished
+    except FileNotFoundError:  # gone between the two looks
+        return False
 
 
 def test_jobs_run_in_one_warm_worker_with_the_clients_context(
@@ -223,10 +226,10 @@ def test_idle_worker_exits_and_a_stale_socket_is_replaced(jobs_dir: Path, tmp_pa
         check=True,
     ).stdout.strip()
     stale = socket.socket(socket.AF_UNIX)
-    with warm_client.socket_address(folder / f"embed-{key}.sock") as address:
+    with warm_client.socket_address(folder / f"{key}.sock") as address:
         stale.bind(address)
     stale.close()
-    assert (folder / f"embed-{key}.lock").is_file()  # the key the client used
+    assert (folder / f"{key}.lock").is_file()  # the key the client used
     second = run_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)}, idle=1)
     assert second.returncode == 0, second.stderr
     assert "running the job in this process" not in second.stderr
@@ -254,7 +257,7 @@ def test_a_worker_that_cannot_start_leaves_the_job_to_the_client(
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.syspath_prepend(str(jobs_dir))
 
-    def broken_worker(paths, idle_seconds):
+    def broken_worker(paths, idle_seconds, profile):
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])
 
     monkeypatch.setattr(warm_client, "start_server", broken_worker)
@@ -272,20 +275,47 @@ def test_the_worker_key_follows_code_environment_and_installs(
     (package / "module.py").write_text("A = 1\n")
     monkeypatch.setattr(warm_client, "package_dir", lambda: package)
     site = tmp_path / "site"
-    site.mkdir()
-    monkeypatch.setattr(sys, "path", [str(site)])
+    (site / "fake_library").mkdir(parents=True)
+    (site / "fake_library" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(warm_client, "LIBRARIES", ("fake_library",))
     env = {"HOME": "/home/a"}
     base = warm_client.worker_key(env)
-    assert warm_client.worker_key({**env, "_": "/usr/bin/env"}) == base
+    # What Snakemake sets per job, and compiled files, do not change it.
+    per_job = {"_": "/usr/bin/env", "OMP_NUM_THREADS": "4", "TMPDIR": "/scratch"}
+    assert warm_client.worker_key({**env, **per_job}) == base
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"x")
     assert warm_client.worker_key(env) == base
+    assert warm_client.worker_key(env, profile="light") != base
     changed = [warm_client.worker_key({**env, "HF_HOME": "/elsewhere"})]
-    (site / "open_clip_torch-9.9.dist-info").mkdir()
+    (site / "fake_library-9.9.dist-info").mkdir()  # an upgrade beside the library
     changed.append(warm_client.worker_key(env))
     (package / "module.py").write_text("A = 2\n")
     changed.append(warm_client.worker_key(env))
     assert len({base, *changed}) == 4
+
+
+def test_a_local_run_starts_its_workers_while_its_first_jobs_run(
+    jobs_dir: Path, tmp_path: Path
+) -> None:
+    """`prewarm` starts a worker in the background and returns; the next job finds it."""
+    folder = tmp_path / "workers"
+    folder.mkdir(mode=0o700)
+    env = client_env(jobs_dir, folder)
+    code = "from vlbench.warm.client import prewarm; print(prewarm('light', 60))"
+    started = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    assert started == ["True", "False"]  # the second sees the first starting (or serving)
+    out = tmp_path / "facts.json"
+    result = run_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)})
+    assert result.returncode == 0, result.stderr
+    assert len(list(folder.glob("*.log"))) == 2  # the light worker and the job's embedding one
+    warm_client.stop_workers(folder)
 
 
 def test_a_worker_folder_others_can_enter_is_refused(
@@ -306,8 +336,8 @@ def test_a_worker_whose_imports_touch_cuda_refuses_to_fork(tmp_path: Path) -> No
     (tmp_path / "touches_cuda.py").write_text("import torch\ntorch._C._cuda_getDeviceCount()\n")
     (tmp_path / "quiet.py").write_text("import torch\n")
     code = (
-        "import sys; from vlbench.embedding import warm_server as w; "
-        "w.PRELOAD = ('torch', sys.argv[1]); print(repr(w.preload()))"
+        "import sys; from vlbench.warm import server as w; "
+        "print(repr(w.preload(('torch', sys.argv[1]))))"
     )
     src = str(Path(warm_client.__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), src])}
@@ -319,6 +349,6 @@ def test_a_worker_whose_imports_touch_cuda_refuses_to_fork(tmp_path: Path) -> No
         for module in ("touches_cuda", "quiet")
     }
     assert outputs == {
-        "touches_cuda": "'importing the embedding modules initialised the CUDA driver'",
+        "touches_cuda": repr("importing the worker's modules initialised the CUDA driver"),
         "quiet": "''",
     }

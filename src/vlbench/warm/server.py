@@ -1,6 +1,6 @@
 """The warm embedding worker: import torch and the model libraries once, fork a child per job.
 
-Started by `vlbench.embedding.warm_client` as `python -m vlbench.embedding.warm_server SOCKET`.
+Started by `vlbench.warm.client` as `python -m vlbench.warm.server SOCKET`.
 It imports the embedding job's modules (never touching CUDA or running a torch op, so a forked
 child starts as clean as a fresh process), takes the lock beside its socket (one worker per
 socket), publishes the socket, and serves until it has been idle for `--idle-seconds`:
@@ -33,15 +33,30 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.atomic import JOB_GROUP_ENV
-from vlbench.embedding.warm_client import (
+from vlbench.warm.client import (
     WARM_WORKER_ENV,
     receive_message,
     send_message,
     socket_address,
 )
 
-# What every embedding job imports: importing it here is the whole point of the worker.
-PRELOAD = ("torch", "torchvision", "open_clip", "vlbench.embedding.shard_job")
+# What each profile's jobs import: importing it here, once, is the whole point of the worker.
+LIGHT = (
+    "numpy",
+    "pyarrow.parquet",
+    "polars",
+    "snakemake.iocontainers",
+    "snakemake.logging",
+    "vlbench.warm.scripts",
+    "vlbench.embedding.shard_files",
+    "vlbench.rank.job",
+    "vlbench.rank.index",
+    "vlbench.metrics.job",
+)
+PRELOADS = {
+    "embedding": ("torch", "torchvision", "open_clip", "vlbench.embedding.shard_job"),
+    "light": LIGHT,
+}
 PR_SET_PDEATHSIG = 1
 
 
@@ -92,8 +107,9 @@ def run_child(request: dict[str, Any], fds: list[int]) -> int:
 class WarmServer:
     """Accept jobs on a Unix socket and run each in a forked child."""
 
-    def __init__(self, listener: socket.socket, idle_seconds: float) -> None:
+    def __init__(self, listener: socket.socket, idle_seconds: float, lock_fd: int) -> None:
         self.listener = listener
+        self.lock_fd = lock_fd  # held for the worker's life; never by its children
         self.idle_seconds = idle_seconds
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, "accept")
@@ -115,6 +131,7 @@ class WarmServer:
                 self.selector.close()
                 self.listener.close()
                 conn.close()
+                os.close(self.lock_fd)
                 status = run_child(request, fds)
             finally:
                 with contextlib.suppress(Exception):
@@ -200,13 +217,18 @@ class WarmServer:
                     self._client_gone(key.data[1])
 
 
-def preload() -> str:
-    """Import PRELOAD without initialising CUDA; why the worker must not fork, if it must not.
+def preload(modules: tuple[str, ...]) -> str:
+    """Import `modules` without initialising CUDA; why the worker must not fork, if it must not.
 
-    A process that has initialised the CUDA driver cannot hand it to forked children, so the
-    imports run with torch's NVML-based availability check, and any call that would initialise
-    the driver (`cudaGetDeviceCount`) or CUDA itself is detected.
+    A process that has initialised the CUDA driver cannot hand it to forked children, so torch
+    is imported with its NVML-based availability check, and any call that would initialise the
+    driver (`cudaGetDeviceCount`) or CUDA itself is detected. Profiles without torch import it
+    not at all.
     """
+    if "torch" not in modules:
+        for module in modules:
+            importlib.import_module(module)
+        return ""
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # children get the client's environment
     import torch
 
@@ -219,12 +241,12 @@ def preload() -> str:
 
     torch._C._cuda_getDeviceCount = counted
     try:
-        for module in PRELOAD:
+        for module in modules:
             importlib.import_module(module)
     finally:
         torch._C._cuda_getDeviceCount = device_count
     if driver_calls or torch.cuda.is_initialized():
-        return "importing the embedding modules initialised the CUDA driver"
+        return "importing the worker's modules initialised the CUDA driver"
     return ""
 
 
@@ -246,16 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("socket", type=Path)
     parser.add_argument("--idle-seconds", type=float, required=True)
+    parser.add_argument("--profile", choices=sorted(PRELOADS), default="embedding")
+    parser.add_argument("--lock-fd", type=int, help="the lock, already taken by the client")
     args = parser.parse_args(argv)
-    lock = open(args.socket.with_suffix(".lock"), "a+b")  # noqa: SIM115 (held for life)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another worker with this key is starting or serving
+    lock = args.lock_fd
+    if lock is None:  # started by hand: take the lock (the client hands it over)
+        lock = os.open(args.socket.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another worker with this key is starting or serving
     # SIGTERM (`warm_client.stop_workers`): leave through `finally`; children die with us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     started = time.monotonic()
-    reason = preload()
+    reason = preload(PRELOADS[args.profile])
     if reason:
         print(f"warm worker {os.getpid()}: not serving: {reason}", flush=True)
         return 3  # the waiting client runs its job in its own process
@@ -263,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     args.socket.with_suffix(".pid").write_text(f"{os.getpid()}\n")
     print(f"warm worker {os.getpid()}: imports took {time.monotonic() - started:.1f} s", flush=True)
     try:
-        WarmServer(listener, args.idle_seconds).serve(args.socket)
+        WarmServer(listener, args.idle_seconds, lock).serve(args.socket)
     finally:
         args.socket.unlink(missing_ok=True)
         args.socket.with_suffix(".pid").unlink(missing_ok=True)
