@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from vlbench.errors import VlbenchError
+from vlbench.warm.client import WARM_WORKER_ENV
 
 
 @contextlib.contextmanager
@@ -24,6 +26,12 @@ def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
         logger.addHandler(log_handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+        worker = os.environ.get(WARM_WORKER_ENV)
+        logger.info(
+            "pid %d: %s",
+            os.getpid(),
+            f"a child of warm worker {worker}" if worker else "the rule's own process",
+        )
         try:
             yield logger
         except VlbenchError as error:

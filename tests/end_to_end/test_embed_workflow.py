@@ -80,6 +80,9 @@ def test_jobs_in_their_own_process_embed_what_the_warm_worker_embedded(
     for shard in ("shard-00000", "shard-00001"):
         log = (demo_run / "logs" / "embed_shard" / "tiny" / "demo" / f"{shard}.log").read_text()
         assert "a child of warm worker" in log
+    # The light rules too (their own worker profile).
+    for log in (demo_run / "logs" / "rank").rglob("*.log"):
+        assert "a child of warm worker" in log.read_text(), log
     shutil.rmtree(workdir / STEM)
     shutil.rmtree(workdir / "results" / "pixels")
     config = workdir / "config.yaml"

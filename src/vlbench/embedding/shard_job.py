@@ -19,15 +19,11 @@ from vlbench.embedding.models import load_model
 from vlbench.embedding.shard_files import read_shard_plan
 from vlbench.embedding.shards import ShardWork, embed_shard_job
 from vlbench.rule_log import rule_log
-from vlbench.warm.client import WARM_WORKER_ENV
 
 
 def run(payload: dict[str, Any]) -> None:
     """Embed the shard described by `payload`, logging to its rule log (see `scripts/embed.py`)."""
     with rule_log(payload["log"]) as log:
-        worker = os.environ.get(WARM_WORKER_ENV)
-        where = f"a child of warm worker {worker}" if worker else "the rule's own process"
-        log.info("pid %d: %s", os.getpid(), where)
         # Same intra-op threads in the rule's process and in a warm worker's child.
         torch.set_num_threads(payload["threads"])
         spec = payload["model"]
