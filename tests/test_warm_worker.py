@@ -129,7 +129,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().split(") ", 1)[1][0] != "Z"  # a zombie has finished
-    except FileNotFoundError:  # gone between the two looks
+    except (FileNotFoundError, ProcessLookupError):  # gone between the two looks
         return False
 
 
