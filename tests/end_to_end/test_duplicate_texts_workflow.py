@@ -39,12 +39,11 @@ import pytest
 from fixtures_sources import (
     BIOVITA_FEATURES,
     BIOVITA_SCHEMAS,
-    _write_csv,
     biovita_subset,
     card,
-    image_bytes,
     write_karpathy,
     write_parquet,
+    write_taxon_folder,
 )
 from workflow_helpers import TINY_MODEL_CONFIG, run_workflow, write_config
 
@@ -156,19 +155,11 @@ SPECIES = [
     ("Animalia", "Chordata", "Mammalia", "Carnivora", "Felidae", "Panthera", "leo", "lion"),
     ("Plantae", "Tracheophyta", "Magnoliopsida", "Rosales", "Rosaceae", "Rosa", "gallica", "rose"),
 ]
-TAXON_COLUMNS = ["kingdom", "phylum", "class", "order", "family", "genus", "species", "common_name"]
 
 
 def write_zeroshot(root: Path, per_class: int = 3) -> None:
     """Image-folder layout (Rare Species): `metadata.csv` (file_name + taxonomy + common_name)."""
-    rows = []
-    for c, taxon in enumerate(SPECIES):
-        for i in range(per_class):
-            relative = f"dataset/{taxon[5]}_{taxon[6]}/{c}{i}.jpg"
-            (root / relative).parent.mkdir(parents=True, exist_ok=True)
-            (root / relative).write_bytes(image_bytes(800 + c * per_class + i))
-            rows.append([relative, *taxon])
-    _write_csv(root / "metadata.csv", ["file_name", *TAXON_COLUMNS], rows)
+    write_taxon_folder(root, "metadata.csv", "dataset", per_class, seed=8, species=SPECIES)
 
 
 def wide_text_model(directory: Path) -> dict[str, Any]:

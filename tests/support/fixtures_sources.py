@@ -13,6 +13,7 @@ import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +266,7 @@ def write_taxon_folder(
     per_class: int = 3,
     seed: int = 0,
     corrupt: tuple[int, ...] = (),
+    species: Sequence[tuple[str, ...]] | None = None,
 ) -> list[list[Any]]:
     """An image-folder repo: a CSV (file_name + taxonomy + common_name) and the images.
 
@@ -272,7 +274,7 @@ def write_taxon_folder(
     reads them. Returns the CSV rows.
     """
     rows = []
-    for c, taxon in enumerate(SPECIES):
+    for c, taxon in enumerate(SPECIES if species is None else species):
         for i in range(per_class):
             number = c * per_class + i
             relative = f"{image_dir}/{taxon[5]}_{taxon[6]}/{seed:02d}{number:04d}.jpg"

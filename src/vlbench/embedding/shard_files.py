@@ -233,7 +233,8 @@ def gather_shards(
     merged = merge_provenance(records, timings)
     if unified is not None:
         merged["duplicate_text_rows_unified"] = unified
-    merged.update(decode_provenance(merged))
+    if "decode_policy" not in merged:  # shards stored before their records carried it
+        merged.update(decode_provenance(merged))
     write_text(out_provenance, json.dumps(merged, indent=2) + "\n")
     return rows
 

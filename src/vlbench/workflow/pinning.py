@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
-from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
+from vlbench.data.sources.hub_access import (
+    COMMIT_PATTERN,
+    current_commit,
+    unreachable_reason,
+)
 from vlbench.embedding.models.dispatch import hub_pins
 from vlbench.errors import VlbenchError
 from vlbench.workflow.lockfile import Pin, read_lock, repo_key, write_lock
@@ -94,19 +98,6 @@ def apply_pins(config: Mapping[str, Any], pins: Mapping[str, Pin]) -> dict[str, 
             entry = entry[part]
         entry[rest[-1]] = commit
     return planned
-
-
-def current_commit(repo: str, repo_type: str, branch: str = BRANCH) -> str:
-    """The commit a branch of a hub repository points at now (asks the hub's API)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    info = (
-        api.dataset_info(repo, revision=branch)
-        if repo_type == "dataset"
-        else api.model_info(repo, revision=branch)
-    )
-    return str(info.sha)
 
 
 def _permanent(exc: Exception, label: str, branch: str) -> VlbenchError | None:

@@ -60,3 +60,16 @@ def unreachable_reason(exc: BaseException) -> str | None:
         ):
             return f"the hub at {hub_endpoint()} could not be reached ({_one_line(item)})"
     return None
+
+
+def current_commit(repo: str, repo_type: str = "model", revision: str = "main") -> str:
+    """The commit sha a branch of a hub repository points to now (needs network access)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    info = (
+        api.dataset_info(repo, revision=revision)
+        if repo_type == "dataset"
+        else api.model_info(repo, revision=revision)
+    )
+    return str(info.sha)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
+from vlbench.data.sources.hub_access import (
+    COMMIT_PATTERN,
+    unreachable_reason,
+)
 from vlbench.errors import VlbenchError
 
 # PMC-CLIP's default BERT text model (planning pins it without importing the adapter).
@@ -97,16 +100,3 @@ def hub_file(repo: str, filename: str, revision: str, repo_type: str = "model") 
         raise _download_error(
             exc, f"hub {repo_type} {repo}@{revision}", f"cannot download {filename}"
         ) from exc
-
-
-def current_commit(repo: str, repo_type: str = "model", revision: str = "main") -> str:
-    """The commit sha a branch of a hub repository points to now (needs network access)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    info = (
-        api.dataset_info(repo, revision=revision)
-        if repo_type == "dataset"
-        else api.model_info(repo, revision=revision)
-    )
-    return str(info.sha)

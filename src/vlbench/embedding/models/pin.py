@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from vlbench.embedding.models import hub
+from vlbench.data.sources.hub_access import current_commit, unreachable_reason
 from vlbench.embedding.models.dispatch import hub_pins
 from vlbench.errors import VlbenchError
 from vlbench.yaml_files import read_yaml_mapping
@@ -23,7 +23,7 @@ PIN_OFFLINE_HINT = (
 
 def _failure(exc: Exception) -> str:
     """One line on why a lookup failed."""
-    reason = hub.unreachable_reason(exc)
+    reason = unreachable_reason(exc)
     if reason is not None:
         return f"{reason}; {PIN_OFFLINE_HINT}"
     text = " ".join(str(exc).split())
@@ -51,7 +51,7 @@ def main(paths: list[str]) -> int:
                 if spec.get(field):
                     continue
                 try:
-                    sha = hub.current_commit(repo, repo_type)
+                    sha = current_commit(repo, repo_type)
                 except Exception as exc:  # report and continue with the other repos
                     failures += 1
                     print(
