@@ -4,7 +4,8 @@ One workflow run (default decode policies) over a Flickr-style clip_benchmark we
 JPEGs partly carry EXIF Orientation=6, and an INQUIRE-Rerank-layout parquet mixing RGB, L, RGBA,
 CMYK and palette images. clip_benchmark's own `build_wds_dataset` + `zeroshot_retrieval.evaluate`
 gives the same Recall@k hit counts; INQUIRE's evaluation path (`datasets` Image, the open_clip
-preprocess on the image as it is, sklearn AP per query) gives the same AP.
+preprocess on the image as it is, its per-query AP, nDCG and MRR) gives the same AP, nDCG and MRR,
+overall and per supercategory.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from vlbench.embedding.models import register_model_config
 
 N_IMAGES = 24
 KS = [1, 5, 10]
+CANDIDATES_PER_QUERY = 10
 
 
 def _photo(rng: np.random.Generator, width: int, height: int) -> Image.Image:
@@ -89,7 +91,7 @@ def mixed_mode_image(image_id: int) -> bytes:
 
 
 def write_mixed_inquire(root: Path) -> list[dict]:
-    rows = inquire_rows("test", n_queries=6, per_query=10, seed=3)
+    rows = inquire_rows("test", n_queries=6, per_query=CANDIDATES_PER_QUERY, seed=3)
     for row in rows:
         row["image"] = {"bytes": mixed_mode_image(row["inat24_image_id"]), "path": None}
     features = {name: VALUE for name in INQUIRE_SCHEMA.names}
@@ -184,10 +186,24 @@ def clip_benchmark_hits(finished: Path) -> dict[str, dict[int, int]]:
     }
 
 
+def inquire_ndcg(relevant: np.ndarray, scores: np.ndarray) -> float:
+    """INQUIRE's ndcg_at_k with every positive in the list: sklearn's nDCG over all of it."""
+    metrics = importlib.import_module("sklearn.metrics")
+    return float(metrics.ndcg_score([relevant], [scores], k=len(relevant)))
+
+
+def inquire_mrr(relevant: np.ndarray, scores: np.ndarray) -> float:
+    """INQUIRE's mrr: walk the reversed stable argsort to the first relevant candidate."""
+    order = np.flip(np.argsort(scores))
+    return float(1 / (np.flatnonzero(relevant[order] == 1)[0] + 1))
+
+
 @pytest.fixture(scope="module")
-def inquire_reference_ap(finished: Path) -> float:
+def inquire_reference(finished: Path) -> dict[str, tuple[str, float, float, float]]:
     """INQUIRE's eval_clip_rerank_hf.py: `datasets` Image, preprocess(ex["image"]) as it is,
-    one batch of images, each query's text alone, sklearn AP over all its candidates."""
+    one batch of images, each query's text alone, then per query its compute_retrieval_metrics
+    (sklearn AP, nDCG over the whole candidate list, MRR) with count_pos = the list's positives.
+    Query -> (supercategory, AP %, nDCG %, MRR as a fraction, as INQUIRE prints it)."""
     datasets = importlib.import_module("datasets")
     metrics = importlib.import_module("sklearn.metrics")
     model, preprocess, tokenizer = reference_model(finished)
@@ -199,15 +215,26 @@ def inquire_reference_ap(finished: Path) -> float:
         pixels = torch.stack([preprocess(row["image"]) for row in dataset])
         image_embs = F.normalize(model.encode_image(pixels), dim=-1)
     query_of_row = dataset["query"]
+    supercategory = dataset["supercategory"]
     relevant = np.asarray(dataset["relevant"])
-    ap = []
+    reference = {}
     for query in dict.fromkeys(query_of_row):
         rows = [i for i, q in enumerate(query_of_row) if q == query]
         with torch.no_grad():
             text_emb = F.normalize(model.encode_text(tokenizer([query])), dim=-1)[0]
         scores = (image_embs[rows] @ text_emb).numpy()
-        ap.append(metrics.average_precision_score(relevant[rows], scores) * 100)
-    return float(np.mean(ap))
+        reference[query] = (
+            supercategory[rows[0]],
+            metrics.average_precision_score(relevant[rows], scores) * 100,
+            inquire_ndcg(relevant[rows], scores) * 100,
+            inquire_mrr(relevant[rows], scores),
+        )
+    return reference
+
+
+@pytest.fixture(scope="module")
+def inquire_reference_ap(inquire_reference: dict[str, tuple[str, float, float, float]]) -> float:
+    return float(np.mean([ap for _, ap, _, _ in inquire_reference.values()]))
 
 
 def overall_ap(workdir: Path, bench: str) -> float:
@@ -231,6 +258,33 @@ def test_mixed_mode_inquire_ap_equals_inquire_reference(
     assert overall_ap(finished, "inquire") == pytest.approx(inquire_reference_ap, abs=1e-9)
     meta = json.loads((finished / "results" / "data" / "inquire" / "benchmark.json").read_text())
     assert meta["decode_policy"] == {"exif": True, "convert": "after"}
+
+
+def test_every_mixed_mode_inquire_cell_equals_inquire_reference(
+    finished: Path, inquire_reference: dict[str, tuple[str, float, float, float]]
+) -> None:
+    """AP, nDCG and MRR, overall and per supercategory. INQUIRE's nDCG covers the whole
+    candidate list (our nDCG@10 here); its MRR is a fraction where ours is a percentage."""
+    groups: dict[str, list[tuple[float, float, float]]] = {"test": []}
+    for supercategory, *values in inquire_reference.values():
+        groups["test"].append(values)
+        groups.setdefault(supercategory, []).append(values)
+    assert len(groups) > 2
+    ours = metric_rows(finished, "inquire", "text_to_image")
+    for subset, values in groups.items():
+        ap, ndcg, mrr = np.mean(values, axis=0)
+        cells = ours.filter(pl.col("subset") == subset)
+        assert cells.height > 0, subset
+
+        def cell(metric: str, k: int | None, cells: pl.DataFrame = cells) -> float:
+            hit = cells.filter(pl.col("metric") == metric)
+            hit = hit.filter(pl.col("k").is_null() if k is None else pl.col("k") == k)
+            assert hit.height == 1, (metric, k, hit)
+            return float(hit["value"][0])
+
+        assert cell("average_precision", None) == pytest.approx(ap, abs=1e-9), subset
+        assert cell("ndcg", CANDIDATES_PER_QUERY) == pytest.approx(ndcg, abs=1e-9), subset
+        assert cell("mrr", None) / 100 == pytest.approx(mrr, abs=1e-12), subset
 
 
 def test_the_former_decode_would_disagree_with_both_references(
