@@ -18,6 +18,7 @@ in the matrix, so every copy takes the score of its first occurrence (`first_occ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -180,6 +181,27 @@ def _scatter(out: np.ndarray, relevance: Relevance, start: int, stop: int, block
     out[relevance.indptr[start] : relevance.indptr[stop]] = block[mask]
 
 
+def _ranks_by_block(
+    relevance: Relevance,
+    step: int,
+    tie_policy: TiePolicy,
+    block_scores: Callable[[int, int], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair ranks and tie counts, `step` queries at a time; `block_scores(start, stop)`
+    gives those queries' (rows, items) scores, NaN where a row has fewer items."""
+    n_pairs = len(relevance.indices)
+    ranks = np.zeros(n_pairs, dtype=np.int64)
+    n_tied = np.zeros(n_pairs, dtype=np.int64)
+    for start in range(0, relevance.n_queries, step):
+        stop = min(start + step, relevance.n_queries)
+        scores = block_scores(start, stop)
+        block_ranks, block_tied = ranks_in_rows(scores, relevance.padded(start, stop), tie_policy)
+        del scores
+        _scatter(ranks, relevance, start, stop, block_ranks)
+        _scatter(n_tied, relevance, start, stop, block_tied)
+    return ranks, n_tied
+
+
 def exact_ranks(
     queries: np.ndarray,
     gallery: np.ndarray,
@@ -195,21 +217,17 @@ def exact_ranks(
     check_tie_policy(tie_policy)
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"dimension mismatch: queries {queries.shape}, gallery {gallery.shape}")
-    n_pairs = len(relevance.indices)
-    ranks = np.zeros(n_pairs, dtype=np.int64)
-    n_tied = np.zeros(n_pairs, dtype=np.int64)
     max_relevant = int(relevance.counts().max(initial=1))
     step = _rows_per_block(gallery.shape[0], max_relevant, block_mb)
     first = first_occurrences(gallery)
-    for start in range(0, relevance.n_queries, step):
-        stop = min(start + step, relevance.n_queries)
+
+    def block_scores(start: int, stop: int) -> np.ndarray:
         scores = queries[start:stop] @ gallery.T
         _tie_copies(scores, first)
-        block_ranks, block_tied = ranks_in_rows(scores, relevance.padded(start, stop), tie_policy)
-        del scores
-        _scatter(ranks, relevance, start, stop, block_ranks)
-        _scatter(n_tied, relevance, start, stop, block_tied)
-    return RankResult(ranks, n_tied, np.full(n_pairs, gallery.shape[0], dtype=np.int64))
+        return scores
+
+    ranks, n_tied = _ranks_by_block(relevance, step, tie_policy, block_scores)
+    return RankResult(ranks, n_tied, np.full(len(ranks), gallery.shape[0], dtype=np.int64))
 
 
 def _candidate_scores(
@@ -251,16 +269,12 @@ def candidate_ranks(
     max_relevant = int(relevance.counts().max(initial=1))
     per_row = width * 4 * gallery.shape[1]
     step = _rows_per_block(width, max_relevant, block_mb, per_row_bytes=per_row)
-    n_pairs = len(relevance.indices)
-    ranks = np.zeros(n_pairs, dtype=np.int64)
-    n_tied = np.zeros(n_pairs, dtype=np.int64)
     first = first_occurrences(gallery)
-    for start in range(0, relevance.n_queries, step):
-        stop = min(start + step, relevance.n_queries)
-        scores = _candidate_scores(queries, gallery, candidates, start, stop, first)
-        block_ranks, block_tied = ranks_in_rows(scores, relevance.padded(start, stop), tie_policy)
-        _scatter(ranks, relevance, start, stop, block_ranks)
-        _scatter(n_tied, relevance, start, stop, block_tied)
+
+    def block_scores(start: int, stop: int) -> np.ndarray:
+        return _candidate_scores(queries, gallery, candidates, start, stop, first)
+
+    ranks, n_tied = _ranks_by_block(relevance, step, tie_policy, block_scores)
     sizes = np.repeat(candidates.counts(), relevance.counts())
     return RankResult(ranks, n_tied, sizes.astype(np.int64))
 
@@ -288,12 +302,9 @@ def pooled_candidate_ranks(
     max_relevant = int(relevance.counts().max(initial=1))
     per_row = width * (4 * gallery.shape[1] + 12)
     step = _rows_per_block(n_groups, max_relevant, block_mb, per_row_bytes=per_row)
-    n_pairs = len(relevance.indices)
-    ranks = np.zeros(n_pairs, dtype=np.int64)
-    n_tied = np.zeros(n_pairs, dtype=np.int64)
     first = first_occurrences(gallery)
-    for start in range(0, relevance.n_queries, step):
-        stop = min(start + step, relevance.n_queries)
+
+    def block_scores(start: int, stop: int) -> np.ndarray:
         scores = _candidate_scores(queries, gallery, candidates, start, stop, first)
         groups = candidate_groups.padded(start, stop)
         pooled = np.full((stop - start, n_groups), -np.inf, dtype=scores.dtype)
@@ -301,9 +312,9 @@ def pooled_candidate_ranks(
         np.maximum.at(pooled, (rows, groups[rows, cols]), scores[rows, cols])
         counts = group_order.counts()[start:stop]
         pooled[np.arange(n_groups)[None, :] >= counts[:, None]] = np.nan
-        block_ranks, block_tied = ranks_in_rows(pooled, relevance.padded(start, stop), tie_policy)
-        _scatter(ranks, relevance, start, stop, block_ranks)
-        _scatter(n_tied, relevance, start, stop, block_tied)
+        return pooled
+
+    ranks, n_tied = _ranks_by_block(relevance, step, tie_policy, block_scores)
     sizes = np.repeat(group_order.counts(), relevance.counts())
     return RankResult(ranks, n_tied, sizes.astype(np.int64))
 

@@ -21,6 +21,7 @@ from typing import Any
 from vlbench.config import source_kind
 from vlbench.data.sources.hub_access import (
     COMMIT_PATTERN,
+    classify_failure,
     current_commit,
     unreachable_reason,
 )
@@ -102,21 +103,16 @@ def apply_pins(config: Mapping[str, Any], pins: Mapping[str, Pin]) -> dict[str, 
 
 def _permanent(exc: Exception, label: str, branch: str) -> VlbenchError | None:
     """The one-line error of a failure that retrying cannot fix, else None."""
-    from huggingface_hub import errors
-
-    reason = unreachable_reason(exc)
-    if reason is not None:
-        return VlbenchError(f"{label}: cannot pin: {reason}")
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return VlbenchError(f"{label}: cannot pin: branch {branch!r} not found")
-    if isinstance(exc, errors.GatedRepoError):
-        return VlbenchError(f"{label}: cannot pin: gated; accept its terms on the hub and log in")
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return VlbenchError(f"{label}: cannot pin: repository not found (or not public)")
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None and status < 500 and status != 429:
-        return VlbenchError(f"{label}: cannot pin: HTTP {status} ({' '.join(str(exc).split())})")
-    return None
+    failure = classify_failure(exc)
+    why = {
+        "unreachable": failure.detail,
+        "revision": f"branch {branch!r} not found",
+        "gated": "gated; accept its terms on the hub and log in",
+        "repository": "repository not found (or not public)",
+        "file": failure.detail,
+        "client": failure.detail,
+    }.get(failure.kind)
+    return None if why is None else VlbenchError(f"{label}: cannot pin: {why}")
 
 
 def resolve_commit(

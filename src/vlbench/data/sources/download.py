@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vlbench.data.sources.hub_access import COMMIT_PATTERN, unreachable_reason
+from vlbench.data.sources.hub_access import COMMIT_PATTERN, classify_failure, unreachable_reason
 from vlbench.errors import VlbenchError
 from vlbench.hashing import file_sha256
 
@@ -45,30 +45,20 @@ def _permanent_error(exc: BaseException, repo: str, revision: str) -> VlbenchErr
     """The one-line error for failures that retrying cannot fix, else None."""
     from huggingface_hub import errors
 
-    reason = unreachable_reason(exc)
-    # huggingface_hub has already retried a download (LocalEntryNotFoundError) for ~20 s, and
-    # offline mode never recovers: only a bare connection error is worth retrying here.
-    if reason is not None and (
-        isinstance(exc, errors.OfflineModeIsEnabled | errors.LocalEntryNotFoundError)
-    ):
-        return offline_error(repo, revision, reason)
-    if reason is not None:
-        return None
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return VlbenchError(f"dataset {repo}: revision {revision} does not exist")
-    if isinstance(exc, errors.GatedRepoError):
-        return VlbenchError(f"dataset {repo} is gated: accept its terms on the hub and log in")
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return VlbenchError(f"dataset {repo}: repository not found (or not public)")
-    if isinstance(exc, errors.LocalEntryNotFoundError):
-        return None
-    if isinstance(exc, errors.EntryNotFoundError | errors.RemoteEntryNotFoundError):
-        return VlbenchError(f"dataset {repo}@{revision}: file not found ({exc})")
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    transient = status is None or status >= 500 or status == 429
-    if isinstance(exc, errors.HfHubHTTPError) and not transient:
-        return VlbenchError(f"dataset {repo}@{revision}: HTTP {status} ({exc})")
-    return None
+    failure = classify_failure(exc)
+    if failure.kind == "unreachable":
+        # huggingface_hub has already retried a download (LocalEntryNotFoundError) for ~20 s,
+        # and offline mode never recovers: only a bare connection error is worth retrying here.
+        retried = isinstance(exc, errors.OfflineModeIsEnabled | errors.LocalEntryNotFoundError)
+        return offline_error(repo, revision, failure.detail) if retried else None
+    why = {
+        "revision": f"dataset {repo}: revision {revision} does not exist",
+        "gated": f"dataset {repo} is gated: accept its terms on the hub and log in",
+        "repository": f"dataset {repo}: repository not found (or not public)",
+        "file": f"dataset {repo}@{revision}: file not found ({failure.detail})",
+        "client": f"dataset {repo}@{revision}: {failure.detail}",
+    }.get(failure.kind)
+    return None if why is None else VlbenchError(why)
 
 
 def with_retries(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import re
 import socket
+from dataclasses import dataclass
 
 # A pinned hub revision: a full commit sha (branch and tag names move).
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{40}$")
@@ -60,6 +61,42 @@ def unreachable_reason(exc: BaseException) -> str | None:
         ):
             return f"the hub at {hub_endpoint()} could not be reached ({_one_line(item)})"
     return None
+
+
+@dataclass(frozen=True)
+class HubFailure:
+    """What kind of failure a hub request met, for callers to word and retry by.
+
+    kind: `unreachable` (detail says why), `revision` (no such branch or commit), `gated`,
+    `repository` (not found or not public), `file` (no such file at that revision), `client`
+    (another 4xx answer: detail is the status and message) or `transient` (5xx, 429, or an
+    error that did not come from an answer: worth retrying).
+    """
+
+    kind: str
+    detail: str = ""
+
+
+def classify_failure(exc: BaseException) -> HubFailure:
+    """Sort a failed hub request into one HubFailure kind (most specific first)."""
+    from huggingface_hub import errors
+
+    reason = unreachable_reason(exc)
+    if reason is not None:
+        return HubFailure("unreachable", reason)
+    for kind, types in (
+        ("revision", errors.RevisionNotFoundError),
+        ("gated", errors.GatedRepoError),  # a subclass of RepositoryNotFoundError
+        ("repository", errors.RepositoryNotFoundError),
+        ("transient", errors.LocalEntryNotFoundError),  # a cache miss after a failed fetch
+        ("file", errors.EntryNotFoundError | errors.RemoteEntryNotFoundError),
+    ):
+        if isinstance(exc, types):
+            return HubFailure(kind, _one_line(exc))
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is not None and status < 500 and status != 429:
+        return HubFailure("client", f"HTTP {status} ({' '.join(str(exc).split())})")
+    return HubFailure("transient", _one_line(exc))
 
 
 def current_commit(repo: str, repo_type: str = "model", revision: str = "main") -> str:
