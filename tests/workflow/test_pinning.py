@@ -235,6 +235,31 @@ def test_vlbench_lock_writes_every_pin_then_check_and_update(
     assert yaml.safe_load((tmp_path / "mine.lock").read_text())["version"] == 1
 
 
+def test_vlbench_lock_drops_entries_the_config_no_longer_reads(tmp_path: Path) -> None:
+    """A removed model and a repository now pinned in the config leave the lock; `--check`
+    fails while they are still there, and a real run's planning keeps them (it only adds)."""
+    config = hub_config()
+    path = write_config(tmp_path, config, "mine.yaml")
+    assert lock_command.lock_config(path, ask=Hub(B), out=io.StringIO()) == 0
+    lock = tmp_path / "mine.lock"
+    before = {"model org/model", "model laion/CLIP-ViT-L-14-laion2B-s32B-b82K", "dataset org/data"}
+    assert set(read_lock(lock)) == before
+    del config["models"]["hub"]
+    config["benchmarks"]["two"]["source"]["revision"] = C
+    config["benchmarks"]["one"]["source"]["revision"] = C
+    write_config(tmp_path, config, "mine.yaml")
+    pinning.plan_pins(validate(config), lock, "mine.yaml", resolve=True, ask=Hub(A))
+    assert set(read_lock(lock)) == before
+    err = io.StringIO()
+    assert lock_command.lock_config(path, check=True, out=io.StringIO(), err=err) == 1
+    assert "model org/model is read by no unpinned download" in err.getvalue()
+    out = io.StringIO()
+    assert lock_command.lock_config(path, ask=Hub(A), out=out) == 0
+    assert "dropped dataset org/data" in out.getvalue()
+    assert set(read_lock(lock)) == before - {"model org/model", "dataset org/data"}
+    assert lock_command.lock_config(path, check=True, out=io.StringIO()) == 0
+
+
 def test_vlbench_lock_names_a_bad_config_in_one_line(tmp_path: Path, capsys) -> None:
     path = write_config(tmp_path, {"models": {}}, "bad.yaml")
     assert cli_main(["lock", str(path)]) == 1

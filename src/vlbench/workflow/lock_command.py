@@ -10,7 +10,13 @@ from typing import TextIO
 from vlbench.config import validate_config
 from vlbench.errors import VlbenchError
 from vlbench.workflow.lockfile import lock_path, read_lock, write_lock
-from vlbench.workflow.pinning import hub_uses, resolve_missing, summary_lines, unlocked
+from vlbench.workflow.pinning import (
+    hub_uses,
+    resolve_missing,
+    stale_keys,
+    summary_lines,
+    unlocked,
+)
 from vlbench.yaml_files import read_yaml_mapping
 
 
@@ -24,21 +30,31 @@ def lock_config(
 ) -> int:
     """Write the config's lock file; print one line per hub repository; 1 if any failed.
 
-    `update` moves locked entries to their branch's current commit; `check` asks no hub and
-    fails when anything is pinned neither in the config nor in the lock (for CI).
+    Entries that no unpinned download of the config reads any more (a model or benchmark
+    removed, or pinned in the config) are dropped. `update` moves locked entries to their
+    branch's current commit; `check` asks no hub, writes nothing and fails when anything is
+    pinned neither in the config nor in the lock, or the lock holds such stale entries (for CI).
     """
     config_path = Path(config_path)
     config = validate_config(read_yaml_mapping(config_path, "config file"), str(config_path))
     lock = lock_path(config_path)
     uses, pins = hub_uses(config), read_lock(lock)
     failures: list[str] = []
+    stale = stale_keys(uses, pins)
     if check:
         failures = [
             f"{use.where}: {use.repo_type} {use.repo} is pinned neither in the config nor in {lock}"
             for use in unlocked(uses, pins)
         ]
+        failures += [
+            f"{lock}: {key} is read by no unpinned download (`vlbench lock` drops it)"
+            for key in stale
+        ]
     else:
         new_pins, failures = resolve_missing(uses, pins, update=update, ask=ask)
+        for key in stale:
+            del new_pins[key]
+            print(f"dropped {key} (no unpinned download of {config_path.name} reads it)", file=out)
         if new_pins != pins:
             write_lock(lock, new_pins, config_path.name)
             print(f"wrote {lock}", file=out)

@@ -186,6 +186,12 @@ def unlocked(uses: Iterable[HubUse], pins: Mapping[str, Pin]) -> list[HubUse]:
     return [use for use in uses if commit_of(use, pins) is None]
 
 
+def stale_keys(uses: Iterable[HubUse], pins: Mapping[str, Pin]) -> list[str]:
+    """Lock entries no unpinned download of the config reads (removed, or pinned in it)."""
+    needed = {use.key for use in uses if not use.configured}
+    return sorted(key for key in pins if key not in needed)
+
+
 def strict_error(missing: list[HubUse], lock: Path) -> VlbenchError:
     """The one-line error of strict mode: every download it refuses, and how to pin them."""
     listed = "; ".join(f"{use.where} ({use.repo_type} {use.repo})" for use in missing)
