@@ -12,6 +12,7 @@ import pytest
 from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test)
 from workflow_helpers import run_in_own_session, write_shared_demo
 
+from vlbench.hashing import CHECKSUM_CACHE_ENV
 from vlbench.warm.client import WORKER_DIR_ENV, stop_workers
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
@@ -59,6 +60,16 @@ def warm_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop(WORKER_DIR_ENV, None)
     else:
         os.environ[WORKER_DIR_ENV] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checksum_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Weights' remembered checksums (vlbench.hashing) go to this session's own folder, for
+    the tests' processes and the workflow runs they start, never to the user's cache."""
+    folder = tmp_path_factory.mktemp("checksums")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CHECKSUM_CACHE_ENV, str(folder))
+        yield folder
 
 
 @pytest.fixture
