@@ -167,30 +167,38 @@ BIOVITA_UNSEEN = PaperLayout(
 
 _RETRIEVAL_SETS = (("Flickr30k", "flickr30k-1k"), ("COCO", "coco-5k"))
 
-OPENCLIP_RETRIEVAL = PaperLayout(
-    table="openclip-retrieval",
-    title="open_clip retrieval results (Flickr30k 1k test, COCO 5k test)",
-    columns=tuple(
-        column
-        for name, benchmark in _RETRIEVAL_SETS
-        for column in _recall_columns(f"{name} image→text", benchmark, I2T, (1, 5, 10))
-        + _recall_columns(f"{name} text→image", benchmark, T2I, (1, 5, 10))
-    ),
-    notes=(
-        "Hit-rate Recall@k; image→text scores when any of the image's captions is in the top k.",
-    ),
+
+def _retrieval_layout(
+    table: str, title: str, i2t_name: str, t2i_name: str, notes: tuple[str, ...]
+) -> PaperLayout:
+    """Recall@1/5/10 both ways on Flickr30k and COCO, with the paper's direction names."""
+    return PaperLayout(
+        table=table,
+        title=title,
+        columns=tuple(
+            column
+            for name, benchmark in _RETRIEVAL_SETS
+            for column in _recall_columns(f"{name} {i2t_name}", benchmark, I2T, (1, 5, 10))
+            + _recall_columns(f"{name} {t2i_name}", benchmark, T2I, (1, 5, 10))
+        ),
+        notes=notes,
+    )
+
+
+OPENCLIP_RETRIEVAL = _retrieval_layout(
+    "openclip-retrieval",
+    "open_clip retrieval results (Flickr30k 1k test, COCO 5k test)",
+    "image→text",
+    "text→image",
+    ("Hit-rate Recall@k; image→text scores when any of the image's captions is in the top k.",),
 )
 
-CLIP_TABLE13 = PaperLayout(
-    table="clip-paper-table13",
-    title="CLIP paper Table 13: zero-shot retrieval (Flickr30K 1K test, MSCOCO 5K test)",
-    columns=tuple(
-        column
-        for name, benchmark in _RETRIEVAL_SETS
-        for column in _recall_columns(f"{name} Text Retrieval", benchmark, I2T, (1, 5, 10))
-        + _recall_columns(f"{name} Image Retrieval", benchmark, T2I, (1, 5, 10))
-    ),
-    notes=(
+CLIP_TABLE13 = _retrieval_layout(
+    "clip-paper-table13",
+    "CLIP paper Table 13: zero-shot retrieval (Flickr30K 1K test, MSCOCO 5K test)",
+    "Text Retrieval",
+    "Image Retrieval",
+    (
         "The paper names a direction by what is retrieved: 'Text Retrieval' is image→text, "
         "'Image Retrieval' is text→image. The CLIP row's model variant is not stated there.",
     ),
