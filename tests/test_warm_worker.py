@@ -46,6 +46,10 @@ def crash(payload):
 def exit_code(payload):
     raise SystemExit(payload["code"])
 
+def nap(payload):
+    time.sleep(payload["seconds"])
+    report(payload)
+
 def hang(payload):
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     with open(payload["out"], "w") as handle:
@@ -217,14 +221,7 @@ def test_idle_worker_exits_and_a_stale_socket_is_replaced(jobs_dir: Path, tmp_pa
     assert not list(folder.glob("*.sock")) and not list(folder.glob("*.pid"))
 
     # A worker killed outright leaves its socket behind: the next client starts a new one.
-    key = subprocess.run(
-        [sys.executable, str(jobs_dir / "key.py")],
-        env=client_env(jobs_dir, folder),
-        cwd=jobs_dir,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    key = worker_key_in(jobs_dir, folder)
     stale = socket.socket(socket.AF_UNIX)
     with warm_client.socket_address(folder / f"{key}.sock") as address:
         stale.bind(address)
@@ -234,6 +231,73 @@ def test_idle_worker_exits_and_a_stale_socket_is_replaced(jobs_dir: Path, tmp_pa
     assert second.returncode == 0, second.stderr
     assert "running the job in this process" not in second.stderr
     assert json.loads(out.read_text())["ppid"] not in (worker, client_pid(second))
+
+
+def worker_key_in(jobs_dir: Path, folder: Path) -> str:
+    """The key a client started by these tests computes."""
+    return subprocess.run(
+        [sys.executable, str(jobs_dir / "key.py")],
+        env=client_env(jobs_dir, folder),
+        cwd=jobs_dir,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_a_job_longer_than_the_idle_time_keeps_its_worker_for_the_next(
+    jobs_dir: Path, tmp_path: Path
+) -> None:
+    """Idle time counts from the end of the last job, not from its start."""
+    folder = tmp_path / "workers"
+    folder.mkdir(mode=0o700)
+    try:
+        facts = []
+        for run, seconds in enumerate((6, 0)):
+            out = tmp_path / f"facts-{run}.json"
+            payload = {"out": str(out), "seconds": seconds}
+            result = run_client(jobs_dir, folder, "warm_test_jobs:nap", payload, idle=4)
+            assert result.returncode == 0, result.stderr
+            assert "running the job in this process" not in result.stderr
+            facts.append(json.loads(out.read_text()))
+        assert facts[0]["ppid"] == facts[1]["ppid"]
+    finally:
+        warm_client.stop_workers(folder)
+
+
+def test_a_client_that_meets_a_worker_on_its_way_out_starts_a_new_one(
+    jobs_dir: Path, tmp_path: Path
+) -> None:
+    """The lock is still held (a worker that unpublished its socket and is exiting) when the
+    client comes; once it is released, the client starts a worker instead of waiting it out."""
+    folder = tmp_path / "workers"
+    folder.mkdir(mode=0o700)
+    lock = folder / f"{worker_key_in(jobs_dir, folder)}.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(1.5)\n",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        out = tmp_path / "facts.json"
+        result = run_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)})
+        assert result.returncode == 0, result.stderr
+        assert "running the job in this process" not in result.stderr
+        fact = json.loads(out.read_text())
+        assert fact["ppid"] not in (client_pid(result), holder.pid)
+    finally:
+        holder.wait()
+        warm_client.stop_workers(folder)
 
 
 @pytest.mark.parametrize("how", ["idle_seconds 0", "inside SLURM"])
@@ -247,6 +311,35 @@ def test_jobs_run_in_their_own_process_when_no_worker_should(
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["pid"] == client_pid(result)
+
+
+def test_a_worker_that_closes_before_taking_the_job_is_asked_again(
+    jobs_dir: Path, tmp_path: Path
+) -> None:
+    """A worker leaving at its idle time may accept a connection and close it unread: the job
+    has not started, so the client hands it to the next worker instead of running it itself."""
+    folder = tmp_path / "workers"
+    folder.mkdir(mode=0o700)
+    socket_path = folder / f"{worker_key_in(jobs_dir, folder)}.sock"
+    leaving = socket.socket(socket.AF_UNIX)
+    with warm_client.socket_address(socket_path) as address:
+        leaving.bind(address)
+    leaving.listen(1)
+    out = tmp_path / "facts.json"
+    client = start_client(jobs_dir, folder, "warm_test_jobs:report", {"out": str(out)})
+    try:
+        conn, _ = leaving.accept()  # the client's first try
+        conn.close()
+        leaving.close()
+        socket_path.unlink()
+        stdout, stderr = client.communicate(timeout=180)
+        assert client.returncode == 0, stderr
+        assert "running the job in this process" not in stderr
+        pid = int(stdout.split("client ", 1)[1].split()[0])
+        assert json.loads(out.read_text())["ppid"] != pid
+    finally:
+        client.kill()
+        warm_client.stop_workers(folder)
 
 
 def test_a_worker_that_cannot_start_leaves_the_job_to_the_client(

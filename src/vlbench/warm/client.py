@@ -57,6 +57,7 @@ WARM_SCRIPT_ENV = "VLBENCH_WARM_SCRIPT"
 # What each profile's worker imports (`vlbench.warm.server.PRELOADS`) and which jobs it serves.
 PROFILES = ("embedding", "light")
 STARTUP_SECONDS = 120.0
+HANDOVER_ATTEMPTS = 3
 HEADER = struct.Struct("!Q")
 SHORT_ADDRESS = 100  # bytes; a Unix socket address holds at most 107
 CODE_SUFFIXES = (".py", ".json", ".yaml")
@@ -315,15 +316,15 @@ def connect_to_worker(key: str, idle_seconds: float, profile: str) -> socket.soc
         conn = _connect(paths["sock"])
         if conn is not None:
             return conn
-        if (
-            started is not None
-            and started.poll() is not None
-            and not _server_starting(paths["lock"])
-        ):
-            raise VlbenchError(
-                f"the warm embedding worker exited with status {started.returncode} before "
-                f"serving (its log: {paths['log']})"
-            )
+        if not _server_starting(paths["lock"]):
+            if started is not None and started.poll() is not None:
+                raise VlbenchError(
+                    f"the warm embedding worker exited with status {started.returncode} before "
+                    f"serving (its log: {paths['log']})"
+                )
+            # The lock's holder left without serving us (a worker that was going idle as we
+            # came, or another client's worker that failed): start one now.
+            started = start_server(paths, idle_seconds, profile) or started
         time.sleep(0.05)
     raise VlbenchError(f"the warm embedding worker did not start in time (its log: {paths['log']})")
 
@@ -349,20 +350,31 @@ def run_in_worker(
 ) -> int:
     """Run `module:function` on the payload in a forked child of the warm worker; its status."""
     key = worker_key(profile=profile)
-    conn = connect_to_worker(key, idle_seconds, profile)
-    with conn:
-        request = {
-            "target": target,
-            "payload": payload,
-            "cwd": os.getcwd(),
-            "env": dict(os.environ),
-            "umask": current_umask(),
-            "process_group": os.getpgrp(),
-        }
-        sys.stdout.flush()
-        sys.stderr.flush()
-        send_message(conn, request, [0, 1, 2])
-        return _wait_for_exit(conn, worker_paths(key)["log"])
+    request = {
+        "target": target,
+        "payload": payload,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "umask": current_umask(),
+        "process_group": os.getpgrp(),
+    }
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for _ in range(HANDOVER_ATTEMPTS):
+        with connect_to_worker(key, idle_seconds, profile) as conn:
+            try:
+                send_message(conn, request, [0, 1, 2])
+                started, _ = receive_message(conn)
+            except (OSError, ValueError):
+                # Closed before it took the job (a worker leaving at its idle time as the
+                # request came): nothing ran, so ask again; a new worker starts if needed.
+                continue
+            if "started" not in started:
+                raise VlbenchError(f"the warm worker answered {started!r} instead of starting")
+            return _wait_for_exit(conn, worker_paths(key)["log"])
+    raise VlbenchError(
+        f"the warm worker closed the connection {HANDOVER_ATTEMPTS} times before taking the job"
+    )
 
 
 def stop_workers(directory: Path | None = None) -> list[int]:

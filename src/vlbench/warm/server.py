@@ -140,6 +140,8 @@ class WarmServer:
                 os._exit(status)
         for fd in fds:
             os.close(fd)
+        with contextlib.suppress(OSError):  # a vanished client is noticed by the selector
+            send_message(conn, {"started": pid})
         job = Job(pid, conn, os.pidfd_open(pid))
         self.jobs[pid] = job
         self.selector.register(conn, selectors.EVENT_READ, ("client", pid))
@@ -147,6 +149,7 @@ class WarmServer:
 
     def _finish(self, pid: int) -> None:
         """The child exited: report its status to the client, if it is still there."""
+        self.last_active = time.monotonic()
         job = self.jobs.pop(pid)
         _, status = os.waitpid(pid, 0)
         self.selector.unregister(job.pidfd)
@@ -189,10 +192,9 @@ class WarmServer:
             self._start(conn)
 
     def serve(self, socket_path: Path) -> None:
-        """Serve until idle for `idle_seconds`; then unpublish, run what queued, and return."""
+        """Serve until idle for `idle_seconds` (counted from the end of the last job); then
+        unpublish, run what queued, and return."""
         while True:
-            if self.jobs:
-                self.last_active = time.monotonic()
             idle = time.monotonic() - self.last_active
             if not self.jobs and idle >= self.idle_seconds:
                 break
@@ -204,6 +206,8 @@ class WarmServer:
                     self._finish(key.data[1])
                 elif key.data[1] in self.jobs:
                     self._client_gone(key.data[1])
+            if self.jobs:  # busy: a job that ends now starts the idle time afresh
+                self.last_active = time.monotonic()
         # No new client can connect once the socket's name is gone; serve those that did.
         socket_path.unlink(missing_ok=True)
         self._accept_pending()
