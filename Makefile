@@ -30,7 +30,7 @@ test: $(STAMP)
 # The edit-test loop: lint and the unit tests, without whole-workflow runs or the SLURM cluster.
 check: lint
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --ignore=tests/end_to_end --ignore=tests/cluster
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --ignore=tests/end_to_end --ignore=tests/cluster
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
