@@ -9,7 +9,9 @@ keeps equal to `PROTOCOLS`). Adding a protocol: a record here, its ranking in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vlbench.errors import VlbenchError
 
@@ -43,6 +45,15 @@ class Protocol:
     grouped: bool = False
     # A per-class accuracy table is written.
     per_class: bool = False
+    # Formats whose layout fixes the query side: format -> the directions it evaluates (a
+    # format not listed here evaluates every direction of the protocol).
+    format_directions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def directions_of(self, format_name: str | None) -> tuple[str, ...]:
+        """The directions a benchmark read with `format_name` (None: the default) evaluates."""
+        return dict(self.format_directions).get(
+            format_name or self.default_format or "", self.directions
+        )
 
     @property
     def needs_judgements(self) -> bool:
@@ -71,13 +82,19 @@ PROTOCOLS: dict[str, Protocol] = {
             metrics="multi_recall",
             item_retrieval=True,
         ),
+        # BioVITA's image->text and text->image tasks are two hub repositories whose queries are
+        # images (candidates: taxon names) or taxon names (candidates: images).
         Protocol(
             "taxon_candidates",
-            ("image_to_text",),
-            formats=("biovita",),
+            BOTH,
+            formats=("biovita", "biovita_t2i"),
             default_format="biovita",
             ranking="pooled_groups",
             metrics="taxon_top_k",
+            format_directions=(
+                ("biovita", ("image_to_text",)),
+                ("biovita_t2i", ("text_to_image",)),
+            ),
         ),
         Protocol(
             "zeroshot",
@@ -108,6 +125,11 @@ def protocol(name: str) -> Protocol:
         return PROTOCOLS[name]
     except KeyError:
         raise VlbenchError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
+
+
+def benchmark_directions(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The directions a configured benchmark evaluates (its protocol's, fixed by its format)."""
+    return protocol(spec["protocol"]).directions_of(spec["source"].get("format"))
 
 
 def protocol_of_format(format_name: str) -> Protocol:

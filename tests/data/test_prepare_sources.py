@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from fixtures_sources import (
     BROKEN,
-    IDLE_SUBSETS,
     SPECIES,
     write_annotation_pairs,
     write_biovita_repo,
+    write_biovita_t2i_repo,
     write_class_folder,
     write_idle_oo_repo,
     write_inquire_repo,
@@ -95,6 +95,49 @@ def test_biovita_subsets(tmp_path: Path, subset: str) -> None:
         assert len({t["text"] for t in tables["texts"]}) < len(tables["texts"])
 
 
+@pytest.mark.parametrize("subset", ["unseen_species", "unseen_genus"])
+def test_biovita_text_to_image_subsets(tmp_path: Path, subset: str) -> None:
+    """BioVITAT2IRetrieval: taxon-name queries with candidate taxa over the image corpus."""
+    rows = write_biovita_t2i_repo(tmp_path / "repo", n_queries=9)[subset]
+    source = {"path": str(tmp_path / "repo"), "subset": subset, "format": "biovita_t2i"}
+    meta, tables = prepare(tmp_path, "taxon_candidates", source)
+    assert [(t["text_id"], t["text"], t["group"]) for t in tables["texts"]] == [
+        (q["id"], q["text"], q["correct_taxon"]) for q in rows["queries"]
+    ]
+    assert [(i["image_id"], i["group"]) for i in tables["images"]] == [
+        (r["id"], r["taxon"]) for r in rows["corpus"]
+    ]
+    assert {
+        (
+            c["query_modality"],
+            c["query_id"],
+            tuple(c["candidate_ids"]),
+            tuple(c["candidate_groups"]),
+        )
+        for c in tables["candidates"]
+    } == {
+        ("text", r["query-id"], tuple(r["corpus-ids"]), tuple(q["candidate_taxa"]))
+        for r, q in zip(rows["top_ranked"], rows["queries"], strict=True)
+    }
+    # Judgements are stored as (image, text): the corpus image is the relevant item.
+    assert {(j["image_id"], j["text_id"]) for j in tables["qrels"]} == {
+        (r["corpus-id"], r["query-id"]) for r in rows["qrels"]
+    }
+    assert meta["n_queries_whose_correct_taxon_is_not_a_candidate"] == 0
+    assert meta["n_queries_with_candidates_outside_their_taxa"] == 0
+
+
+def test_biovita_text_to_image_layout_read_as_image_to_text_names_the_columns(
+    tmp_path: Path,
+) -> None:
+    write_biovita_t2i_repo(tmp_path / "repo", n_queries=3)
+    source = {"path": str(tmp_path / "repo"), "subset": "unseen_species"}
+    with pytest.raises(
+        VlbenchError, match=r"missing column\(s\) text for BioVITA .*has: id, image"
+    ):
+        prepare(tmp_path, "taxon_candidates", source)
+
+
 def test_inquire_rerank(tmp_path: Path) -> None:
     rows = write_inquire_repo(tmp_path / "repo", n_queries=5, per_query=8)["validation"]
     source = {
@@ -127,9 +170,14 @@ def test_inquire_candidate_count_is_checked(tmp_path: Path) -> None:
         prepare(tmp_path, "rerank", source)
 
 
+# The shipped config's reading of the hub's Rare Species columns (config/biocap.yaml).
+RARE_COLUMNS = {"file": "file_name", "common": "common"}
+
+
 def expected_taxon_com(taxon: tuple[str, ...]) -> str:
-    """BioCAP's taxon_com text, written out from the fixture's columns."""
-    text = " ".join(taxon[:7])
+    """BioCAP's taxon_com text (naming_eval.Taxon), written out from the fixture's columns."""
+    ranks = [rank.capitalize() for rank in taxon[:6]] + [taxon[6].lower()]
+    text = " ".join(ranks) if ranks[0] else f"{ranks[5]} {ranks[6]}"
     return f"{text} with common name {taxon[7]}" if taxon[7] else text
 
 
@@ -138,7 +186,7 @@ def test_rare_species_taxon_com_with_the_80_openai_templates(tmp_path: Path) -> 
     source = {
         "path": str(tmp_path / "repo"),
         "annotations": "metadata.csv",
-        "columns": {"file": "file_name"},
+        "columns": RARE_COLUMNS,
         "expected": {"images": 8},
     }
     meta, tables = prepare(tmp_path, "zeroshot", source, text_type="taxon_com")
@@ -148,16 +196,15 @@ def test_rare_species_taxon_com_with_the_80_openai_templates(tmp_path: Path) -> 
     by_class: dict[str, list[str]] = {}
     for text in tables["texts"]:
         by_class.setdefault(text["group"], []).append(text["text"])
-    wanted = {expected_taxon_com(taxon) for taxon in SPECIES}
-    assert {texts[0] for texts in by_class.values()} == {f"a bad photo of a {w}." for w in wanted}
-    assert "Animalia Chordata Amphibia Anura Ranidae Rana temporaria" in {
-        texts[0][len("a bad photo of a ") : -1] for texts in by_class.values()
-    }
+    wanted = [expected_taxon_com(taxon) for taxon in SPECIES]
+    # Classes are numbered in order of first appearance, as the reference numbers them.
+    assert list(by_class) == wanted
+    assert [texts[0] for texts in by_class.values()] == [f"a bad photo of a {w}." for w in wanted]
+    assert "Animalia Chordata Amphibia Anura Ranidae Rana temporaria" in wanted
     assert tables["qrels"] == [] and tables["candidates"] == []
     for image in tables["images"]:
-        assert image["group"] in by_class
-        taxon = next(t for t in SPECIES if f"{t[5]}_{t[6]}" in image["image_id"])
-        assert image["group"] == " ".join(taxon[:7])
+        taxon = next(t for t in SPECIES if "-".join(t[:7]) in image["image_id"])
+        assert image["group"] == expected_taxon_com(taxon)
 
 
 @pytest.mark.parametrize(
@@ -170,33 +217,79 @@ def test_rare_species_taxon_com_with_the_80_openai_templates(tmp_path: Path) -> 
 )
 def test_text_types(tmp_path: Path, text_type: str, expected: str) -> None:
     write_rare_species_repo(tmp_path / "repo", per_class=1)
-    source = {"path": str(tmp_path / "repo"), "columns": {"file": "file_name"}}
+    source = {"path": str(tmp_path / "repo"), "columns": RARE_COLUMNS}
     _, tables = prepare(tmp_path, "zeroshot", source, text_type=text_type, templates="none")
     assert expected in {t["text"] for t in tables["texts"]}
 
 
-def test_common_names_missing_for_a_class_is_an_empty_text(tmp_path: Path) -> None:
+def test_a_class_without_a_common_name_under_com_names_its_line(tmp_path: Path) -> None:
     write_rare_species_repo(tmp_path / "repo", per_class=1)
-    source = {"path": str(tmp_path / "repo"), "columns": {"file": "file_name"}}
-    with pytest.raises(VlbenchError, match="text 'c00000-t00' is empty after processing"):
+    source = {"path": str(tmp_path / "repo"), "columns": RARE_COLUMNS}
+    with pytest.raises(VlbenchError, match=r"metadata.csv: line 4: empty file path or class"):
         prepare(tmp_path, "zeroshot", source, text_type="com", templates="none")
 
 
-def test_idle_oo_one_subset_and_the_combination(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text_type", "dropped"), [("taxon_com", "common"), ("sci", "genus"), ("taxon", "class")]
+)
+def test_a_column_the_text_type_needs_is_an_error_not_another_text(
+    tmp_path: Path, text_type: str, dropped: str
+) -> None:
+    """A CSV without a column the text type reads never falls back to another text type."""
+    write_rare_species_repo(tmp_path / "repo", per_class=1)
+    csv_path = tmp_path / "repo" / "metadata.csv"
+    lines = csv_path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split(",")
+    position = header.index(dropped)
+    kept = [",".join(v for i, v in enumerate(line.split(",")) if i != position) for line in lines]
+    csv_path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    source = {"path": str(tmp_path / "repo"), "columns": RARE_COLUMNS}
+    with pytest.raises(VlbenchError) as caught:
+        prepare(tmp_path, "zeroshot", source, text_type=text_type)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"missing column(s) {dropped} for text_type {text_type!r}" in message
+    assert str(csv_path) in message and "(has: file_name," in message
+    assert not (tmp_path / "out" / "images.parquet").exists()
+
+
+IDLE_SOURCE = {"columns": {"file": "filepath", "class": "cls"}, "images": "data/test"}
+
+
+def test_idle_oo_subset_classes_are_biocaps_texts(tmp_path: Path) -> None:
+    """Lower-case ranks are capitalised, a coarse row keeps its empty ranks, and two common
+    names of one taxon are two classes, as BioCAP's evaluation builds them."""
     rows = write_idle_oo_repo(tmp_path / "repo", per_class=2)
-    base = {"path": str(tmp_path / "repo"), "columns": {"file": "file_name"}}
-    one = {**base, "annotations": "ENA24-balanced.csv", "subset": "ENA24"}
-    meta, tables = prepare(tmp_path / "one", "zeroshot", one, text_type="taxon_com")
-    assert {i["image_id"] for i in tables["images"]} == {r[0] for r in rows["ENA24"]}
-    assert meta["subset"] == "ENA24"
-    every = {
-        **base,
-        "annotations": [f"{s}-balanced.csv" for s in IDLE_SUBSETS],
-        "subset": "all",
+    source = {
+        "path": str(tmp_path / "repo"),
+        **IDLE_SOURCE,
+        "annotations": "island-balanced.csv",
+        "subset": "island",
     }
-    meta, tables = prepare(tmp_path / "all", "zeroshot", every, text_type="taxon_com")
-    assert len(tables["images"]) == sum(len(r) for r in rows.values())
-    assert len({i["image_id"] for i in tables["images"]}) == len(tables["images"])
+    meta, tables = prepare(tmp_path, "zeroshot", source, text_type="taxon_com")
+    assert [i["image_id"] for i in tables["images"]] == [r[0] for r in rows["island"]]
+    assert meta["subset"] == "island" and meta["n_classes"] == 4
+    groups = list(dict.fromkeys(t["group"] for t in tables["texts"]))
+    assert groups == [
+        "Animalia Chordata Mammalia Carnivora Felidae Acinonyx jubatus with common name cheetah",
+        "Animalia Chordata Aves Galliformes Phasianidae Gallus gallus with common name rooster",
+        "Animalia Chordata Aves Galliformes Phasianidae Gallus gallus with common name "
+        "domestic chicken",
+        "Animalia Chordata Aves Procellariiformes Procellariidae   with common name petrel",
+    ]
+    assert [i["group"] for i in tables["images"]] == [g for g in groups for _ in range(2)]
+
+
+def test_idle_oo_ohio_subset_reads_its_own_column_tail(tmp_path: Path) -> None:
+    rows = write_idle_oo_repo(tmp_path / "repo", per_class=1)
+    source = {
+        "path": str(tmp_path / "repo"),
+        **IDLE_SOURCE,
+        "annotations": "ohio-small-animals-balanced.csv",
+    }
+    _, tables = prepare(tmp_path, "zeroshot", source, text_type="taxon_com")
+    assert [i["image_id"] for i in tables["images"]] == [r[0] for r in rows["ohio-small-animals"]]
+    assert all(i["image_id"].endswith(".JPG") for i in tables["images"])
 
 
 def test_nabirds_metaalbum_folder_asis(tmp_path: Path) -> None:
@@ -300,7 +393,7 @@ def test_karpathy_test_and_full_pool(tmp_path: Path, coco: bool) -> None:
 
 def test_undecodable_images_fail_by_default_and_are_recorded_when_skipped(tmp_path: Path) -> None:
     write_rare_species_repo(tmp_path / "repo", per_class=2, corrupt=(1, 4))
-    source = {"path": str(tmp_path / "repo"), "columns": {"file": "file_name"}}
+    source = {"path": str(tmp_path / "repo"), "columns": RARE_COLUMNS}
     with pytest.raises(VlbenchError, match=r"2 image\(s\) cannot be read or decoded"):
         prepare(tmp_path, "zeroshot", source, text_type="sci")
     meta, tables = prepare(tmp_path, "zeroshot", source, text_type="sci", image_policy="skip")

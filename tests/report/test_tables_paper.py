@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import statistics
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
 
 from vlbench.errors import VlbenchError
 from vlbench.report.paper_layouts import LAYOUTS, layouts_for
-from vlbench.report.paper_tables import build_paper_table, wilson_low
+from vlbench.report.paper_tables import build_paper_table, match_metric_rows, wilson_low
 from vlbench.report.reference import (
     ReferenceMap,
     read_map,
@@ -22,7 +23,7 @@ from vlbench.report.reference import (
 )
 from vlbench.report.table_writers import csv_text, latex, markdown, write_paper_table
 
-I2T, ZEROSHOT = "image_to_text", "zeroshot_top1_accuracy"
+I2T, T2I, ZEROSHOT = "image_to_text", "text_to_image", "zeroshot_top1_accuracy"
 HEADER = "table,benchmark,subset,model,model_spec,direction,metric,k,value,unit,source\n"
 SOURCE = "A small test paper, Table 9"
 
@@ -166,15 +167,50 @@ def test_markdown_csv_and_latex_show_cells_and_flags(biomedflickr_table) -> None
     assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
 
 
-def test_writer_writes_four_formats(biomedflickr_table, tmp_path: Path) -> None:
+def test_writer_writes_every_format_and_the_coverage(biomedflickr_table, tmp_path: Path) -> None:
     paths = write_paper_table(biomedflickr_table, tmp_path / "out")
     assert sorted(path.name for path in paths) == [
+        "biomedflickr.coverage.json",
         "biomedflickr.csv",
         "biomedflickr.html",
         "biomedflickr.md",
+        "biomedflickr.rst",
         "biomedflickr.tex",
     ]
     assert "13.00 / 12.0 / +1.00 ⚠" in (tmp_path / "out" / "biomedflickr.html").read_text()
+    coverage = json.loads((tmp_path / "out" / "biomedflickr.coverage.json").read_text())
+    # RefModel's three published cells are ours; AtChance's two have no model key.
+    assert (coverage["published_cells"], coverage["ours"]) == (5, 3)
+    assert coverage["reasons"] == {"not configured": {"model AtChance": 2}}
+    assert coverage["line"].startswith("BioMedFlickr retrieval")
+    for extension in ("md", "html", "tex", "rst"):
+        text = (tmp_path / "out" / f"biomedflickr.{extension}").read_text()
+        assert "3/5 published cells ours; 2 not configured (model AtChance)" in text, extension
+
+
+def test_coverage_names_what_cannot_be_reproduced_and_what_was_not_run(tmp_path: Path) -> None:
+    """Published rows of FG-CLIP are not reproducible; a benchmark left out is not run."""
+    layout = LAYOUTS["biocap-table1"]
+    mapping = read_map(SHIPPED_MAP)
+    reference = read_reference(SHIPPED_REFERENCE)
+    keys = ["rare-species"]
+    rows = [metric_row("bioclip", "rare-species", I2T, 1, 40.0, 1.0, 0.3, ZEROSHOT)]
+    table = build_paper_table(
+        layout, pl.DataFrame(rows), reference, mapping, keys, 0.5, {"benchmarks": ["nabirds"]}
+    )
+    coverage = table.coverage
+    assert coverage is not None
+    published = [v for v in reference if v.table == "biocap-table1"]
+    assert coverage.published == len(published) and coverage.ours == 1
+    reproducible = coverage.reasons["not reproducible"]
+    assert sum(reproducible.values()) == 22  # FG-CLIP and BioTrove-CLIP, 11 cells each
+    assert any(detail.startswith("FG-CLIP: needs remote code") for detail in reproducible)
+    # The NABirds and Mean cells (NABirds is part of the mean) of the four reproducible models.
+    assert coverage.reasons["not run, data missing"] == {"nabirds": 8}
+    configured = coverage.reasons["not configured"]
+    assert configured["model BioCAP"] == 9  # no key of this config stands for BioCAP
+    assert configured["benchmark of Plankton"] == 1  # BioCLIP's row: no key for the column
+    assert coverage.our_cells == 11 and coverage.our_filled == 1
 
 
 def test_layout_only_benchmark_shows_no_published_values(tmp_path: Path) -> None:
@@ -235,12 +271,21 @@ def test_mean_column_is_the_papers_mean_and_inconsistencies_are_noted(tmp_path: 
     mapping = ReferenceMap(models={"mine": ["Ref"]})
     metrics = pl.DataFrame(
         [
-            metric_row("mine", column.benchmark, I2T, 1, value, 0.5, 1.0, ZEROSHOT)
+            {**metric_row("mine", column.benchmark, I2T, 1, value + offset, 0.5, 1.0, ZEROSHOT),
+             "subset": part}
             for column, value in zip(layout.columns, ours, strict=True)
+            # A column that averages subsets gets one row per subset, averaging to `value`.
+            for part, offset in zip(
+                column.parts or (column.subset,),
+                [-2.0, -1.0, 0.0, 1.0, 2.0] if column.parts else [0.0],
+                strict=True,
+            )
         ]
-    )
+    )  # fmt: skip
     keys = [column.benchmark for column in layout.columns]
     table = build_paper_table(layout, metrics, reference, mapping, keys, 0.5)
+    camera = table.rows[0].cells[table.labels.index("Camera Trap")]
+    assert camera.ours == pytest.approx(ours[table.labels.index("Camera Trap")])
     mean = table.rows[0].cells[table.labels.index("Mean")]
     assert mean.ours == pytest.approx(statistics.fmean(ours))
     assert mean.published == 49.0
@@ -346,3 +391,45 @@ def test_two_benchmarks_filling_one_column_is_an_error(tmp_path: Path) -> None:
     )
     with pytest.raises(VlbenchError, match="'a' and 'b' both fill column 'I2T R@1'"):
         build_paper_table(LAYOUTS["biomedflickr"], metrics, [], mapping, ["a", "b"], 0.5)
+
+
+def test_camera_trap_is_the_mean_of_the_five_subsets_and_empty_while_one_is_missing() -> None:
+    """Each IDLE-OO subset benchmark fills one part; the cell is their unweighted mean."""
+    layout = LAYOUTS["biocap-table1"]
+    column = layout.columns[[c.label for c in layout.columns].index("Camera Trap")]
+    mapping = read_map(SHIPPED_MAP)
+    keys = {
+        "desert-lion": "idle-oo-desert-lion",
+        "ENA24": "idle-oo-ena24",
+        "island": "idle-oo-island",
+        "ohio-small-animals": "idle-oo-ohio-small-animals",
+        "orinoquia": "idle-oo-orinoquia",
+    }
+    assert set(keys) == set(column.parts)
+    values = dict(zip(column.parts, [10.0, 20.0, 40.0, 50.0, 80.0], strict=True))
+    rows = [
+        {**metric_row("m", keys[part], I2T, 1, values[part], 1.0, 5.0, ZEROSHOT), "subset": part}
+        for part in column.parts
+    ]
+    found = match_metric_rows(pl.DataFrame(rows), layout, mapping)
+    index = layout.columns.index(column)
+    assert found[("m", index)]["value"] == pytest.approx(40.0)
+    assert found[("m", index)]["n_queries"] == 5000
+    partial = match_metric_rows(pl.DataFrame(rows[1:]), layout, mapping)
+    assert ("m", index) not in partial
+
+
+def test_inquire_supercategories_join_whatever_their_casing() -> None:
+    """INQUIRE's data says `Appearance`; the layout and the published CSV say `appearance`."""
+    layout = LAYOUTS["biocap-table2"]
+    rows = [
+        {
+            **metric_row("m", "inquire-rerank", T2I, 50, 30.0 + i, 1.0, 5.0, "average_precision"),
+            "group": group,
+        }
+        for i, group in enumerate(["Appearance", "Behavior", "Context", "Species"])
+    ]
+    found = match_metric_rows(pl.DataFrame(rows), layout, read_map(SHIPPED_MAP))
+    labels = [column.label for column in layout.columns]
+    for i, name in enumerate(["Appearance", "Behavior", "Context", "Species"]):
+        assert found[("m", labels.index(f"INQUIRE {name}"))]["value"] == 30.0 + i

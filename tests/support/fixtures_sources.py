@@ -131,20 +131,104 @@ BIOVITA_SCHEMAS = {
 }
 
 
-def write_biovita_repo(root: Path, n_queries: int = 12, seed: int = 0) -> dict[str, Any]:
-    """The MTEB BioVITAI2TRetrieval repo: `{subset}-{part}/test-*.parquet` for both subsets."""
+def _write_mteb_repo(
+    root: Path,
+    subset_rows: Any,
+    n_queries: int,
+    seed: int,
+    schemas: dict[str, pa.Schema],
+    features: dict[str, Any],
+) -> dict[str, Any]:
+    """A BioVITA repo as mteb's tasks read it: `{subset}-{part}/test-*.parquet` per subset."""
     configs, rows = [], {}
     for number, subset in enumerate(("unseen_genus", "unseen_species")):
-        rows[subset] = biovita_subset(subset, n_queries, seed + number)
+        rows[subset] = subset_rows(subset, n_queries, seed + number)
         for part in ("corpus", "qrels", "queries", "top_ranked"):
             name = f"{subset}-{part}"
             configs.append((name, [("test", f"{name}/test-*")]))
-            table = pa.Table.from_pylist(rows[subset][part], schema=BIOVITA_SCHEMAS[part])
-            write_parquet(
-                root / name / "test-00000-of-00001.parquet", table, BIOVITA_FEATURES[part]
-            )
+            table = pa.Table.from_pylist(rows[subset][part], schema=schemas[part])
+            write_parquet(root / name / "test-00000-of-00001.parquet", table, features[part])
     (root / "README.md").write_text(card(configs, "tags:\n- mteb"), encoding="utf-8")
     return rows
+
+
+def write_biovita_repo(root: Path, n_queries: int = 12, seed: int = 0) -> dict[str, Any]:
+    """The MTEB BioVITAI2TRetrieval repo: `{subset}-{part}/test-*.parquet` for both subsets."""
+    return _write_mteb_repo(
+        root, biovita_subset, n_queries, seed, BIOVITA_SCHEMAS, BIOVITA_FEATURES
+    )
+
+
+def biovita_t2i_subset(subset: str, n_queries: int, seed: int) -> dict[str, Any]:
+    """Rows of the four configs of one BioVITAT2IRetrieval subset: taxon-name queries, image
+    corpus (several images per taxon, so a taxon scores the max over its images)."""
+    rng = np.random.default_rng(seed)
+    corpus = []
+    for g, genus in enumerate(GENERA):
+        for s in range(2):
+            taxon = f"{genus} sp{s}" if subset == "unseen_species" else genus
+            for i in range(2):
+                image_id = f"{subset}-i{g}{s}{i}"
+                corpus.append(
+                    {
+                        "id": image_id,
+                        "image": {
+                            "bytes": image_bytes(seed * 1000 + 100 + 4 * g + 2 * s + i),
+                            "path": f"{image_id}.jpg",
+                        },
+                        "taxon": taxon,
+                    }
+                )
+    taxa = list(dict.fromkeys(row["taxon"] for row in corpus))
+    queries, qrels, ranked = [], [], []
+    for q in range(n_queries):
+        correct = taxa[q % len(taxa)]
+        others = [t for t in taxa if t != correct]
+        chosen = [correct, *rng.choice(others, size=3, replace=False).tolist()]
+        order = [chosen[i] for i in rng.permutation(len(chosen))]
+        query_id = f"{subset}-q{q:03d}"
+        # As the construction script selects them: the text index's `text` (the bare taxon name
+        # at the subset's level) under the task's query id.
+        queries.append(
+            {"text": correct, "id": query_id, "correct_taxon": correct, "candidate_taxa": order}
+        )
+        for row in corpus:
+            if row["taxon"] == correct:
+                qrels.append({"query-id": query_id, "corpus-id": row["id"], "score": 1})
+        groups = [[r["id"] for r in corpus if r["taxon"] == taxon] for taxon in order]
+        ranked.append({"query-id": query_id, "corpus-ids": [i for group in groups for i in group]})
+    return {"corpus": corpus, "queries": queries, "qrels": qrels, "top_ranked": ranked}
+
+
+BIOVITA_T2I_FEATURES = {
+    **BIOVITA_FEATURES,
+    "corpus": {"id": VALUE, "image": {"_type": "Image"}, "taxon": VALUE},
+    "queries": {
+        "text": VALUE,
+        "id": VALUE,
+        "correct_taxon": VALUE,
+        "candidate_taxa": {"feature": VALUE, "_type": "List"},
+    },
+}
+BIOVITA_T2I_SCHEMAS = {
+    **BIOVITA_SCHEMAS,
+    "corpus": pa.schema([("id", pa.string()), ("image", IMAGE_STRUCT), ("taxon", pa.string())]),
+    "queries": pa.schema(
+        [
+            ("text", pa.string()),
+            ("id", pa.string()),
+            ("correct_taxon", pa.string()),
+            ("candidate_taxa", pa.list_(pa.string())),
+        ]
+    ),
+}
+
+
+def write_biovita_t2i_repo(root: Path, n_queries: int = 12, seed: int = 0) -> dict[str, Any]:
+    """The MTEB BioVITAT2IRetrieval repo: `{subset}-{part}/test-*.parquet` for both subsets."""
+    return _write_mteb_repo(
+        root, biovita_t2i_subset, n_queries, seed, BIOVITA_T2I_SCHEMAS, BIOVITA_T2I_FEATURES
+    )
 
 
 # --- INQUIRE-Rerank -------------------------------------------------------------------------
@@ -248,7 +332,6 @@ SPECIES = [
         "Dog Rose",
     ),
 ]
-TAXON_COLUMNS = ["kingdom", "phylum", "class", "order", "family", "genus", "species", "common_name"]
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
@@ -259,37 +342,53 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
         writer.writerows(rows)
 
 
-def write_taxon_folder(
+# imageomics/rare-species at the pinned revision 06e9eae: an image-folder repository whose
+# `metadata.csv` (root) holds `file_name` plus the catalogue columns; `datasets` loads it with
+# columns rarespecies_id, eol_content_id, eol_page_id, kingdom, phylum, class, order, family,
+# genus, species, sciName, common (a loader pinned to `revision="06e9eae"`; the card's Data
+# Fields at that revision were not found). Images: dataset/<Kingdom-Phylum-Class-Order-Family-
+# Genus-species>/<eol_content_id>_<eol_page_id>_eol-full-size-copy.jpg. Ranks capitalised,
+# `species` the epithet, `common` may be empty.
+RARE_SPECIES_COLUMNS = [
+    "file_name",
+    "rarespecies_id",
+    "eol_content_id",
+    "eol_page_id",
+    "kingdom",
+    "phylum",
+    "class",
+    "order",
+    "family",
+    "genus",
+    "species",
+    "sciName",
+    "common",
+]
+
+
+def write_rare_species_repo(
     root: Path,
-    csv_name: str,
-    image_dir: str,
     per_class: int = 3,
-    seed: int = 0,
     corrupt: tuple[int, ...] = (),
     species: Sequence[tuple[str, ...]] | None = None,
+    seed: int = 0,
 ) -> list[list[Any]]:
-    """An image-folder repo: a CSV (file_name + taxonomy + common_name) and the images.
-
-    File names in the CSV are relative to the CSV's folder, as the hub image-folder loader
-    reads them. Returns the CSV rows.
-    """
+    """imageomics/rare-species as above; returns the CSV rows (file_name first)."""
     rows = []
     for c, taxon in enumerate(SPECIES if species is None else species):
+        folder = "-".join(taxon[:7])
         for i in range(per_class):
             number = c * per_class + i
-            relative = f"{image_dir}/{taxon[5]}_{taxon[6]}/{seed:02d}{number:04d}.jpg"
-            target = (root / csv_name).parent / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
+            content, page = 10_000_000 + 1000 * seed + number, 40_000 + c
+            relative = f"dataset/{folder}/{content}_{page}_eol-full-size-copy.jpg"
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
             data = BROKEN if number in corrupt else image_bytes(seed * 1000 + number)
-            target.write_bytes(data)
-            rows.append([relative, *taxon])
-    _write_csv(root / csv_name, ["file_name", *TAXON_COLUMNS], rows)
-    return rows
-
-
-def write_rare_species_repo(root: Path, per_class: int = 3, corrupt: tuple[int, ...] = ()) -> list:
-    """imageomics/rare-species: `metadata.csv` at the root, images under `dataset/`."""
-    rows = write_taxon_folder(root, "metadata.csv", "dataset", per_class, 0, corrupt)
+            (root / relative).write_bytes(data)
+            sci_name = f"{taxon[5]} {taxon[6]}"
+            rows.append(
+                [relative, f"{seed:02d}{c:04d}", content, page, *taxon[:7], sci_name, taxon[7]]
+            )
+    _write_csv(root / "metadata.csv", RARE_SPECIES_COLUMNS, rows)
     (root / "README.md").write_text(
         "---\nlicense: cc0-1.0\ntask_categories:\n- image-classification\n---\n# Rare Species\n",
         encoding="utf-8",
@@ -298,16 +397,81 @@ def write_rare_species_repo(root: Path, per_class: int = 3, corrupt: tuple[int, 
 
 
 IDLE_SUBSETS = ("desert-lion", "ENA24", "island", "ohio-small-animals", "orinoquia")
+# imageomics/IDLE-OO-Camera-Traps: `<subset>-balanced.csv` at the root with the columns of the
+# copies BioCAP ships (Imageomics/biocap @ 6e589be,
+# data/classification_annotation/camera_trap/*-balanced.csv; ohio-small-animals ends with
+# filepath, filename, md5 instead of filepath, uuid, hashsum_original, hashsum_resized); images
+# under data/test/<subset>/ (card, main), `filepath` = "<subset>/<file>" relative to data/test/.
+# Every rank and common name is lower case; some rows are coarse (no genus or species), and two
+# common names can share a taxon (island: rooster, domestic chicken), which BioCAP keeps as two
+# classes.
+IDLE_COLUMNS = [
+    "url_gcp",
+    "url_aws",
+    "url_azure",
+    "image_id",
+    "sequence_id",
+    "location_id",
+    "frame_num",
+    "original_label",
+    "scientific_name",
+    "common_name",
+    "kingdom",
+    "phylum",
+    "cls",
+    "order",
+    "family",
+    "genus",
+    "species",
+    "filepath",
+]
+IDLE_TAIL = {"ohio-small-animals": ["filename", "md5"]}
+IDLE_DEFAULT_TAIL = ["uuid", "hashsum_original", "hashsum_resized"]
+IDLE_TAXA = [
+    ("animalia", "chordata", "mammalia", "carnivora", "felidae", "acinonyx", "jubatus", "cheetah"),
+    ("animalia", "chordata", "aves", "galliformes", "phasianidae", "gallus", "gallus", "rooster"),
+    (
+        "animalia",
+        "chordata",
+        "aves",
+        "galliformes",
+        "phasianidae",
+        "gallus",
+        "gallus",
+        "domestic chicken",
+    ),
+    ("animalia", "chordata", "aves", "procellariiformes", "procellariidae", "", "", "petrel"),
+]
 
 
 def write_idle_oo_repo(root: Path, per_class: int = 2) -> dict[str, list]:
-    """imageomics/IDLE-OO-Camera-Traps: `<subset>-balanced.csv` + `data/test/<subset>/`."""
-    rows = {
-        subset: write_taxon_folder(
-            root, f"{subset}-balanced.csv", f"data/test/{subset}", per_class, number
-        )
-        for number, subset in enumerate(IDLE_SUBSETS)
-    }
+    """imageomics/IDLE-OO-Camera-Traps as above; returns each subset's rows (filepath first)."""
+    rows: dict[str, list] = {}
+    for number, subset in enumerate(IDLE_SUBSETS):
+        rows[subset], lines = [], []
+        tail = IDLE_TAIL.get(subset, IDLE_DEFAULT_TAIL)
+        for c, taxon in enumerate(IDLE_TAXA):
+            for i in range(per_class):
+                serial = number * 100 + c * per_class + i
+                if subset == "ohio-small-animals":
+                    name = f"OH_sm_animals_CAM{c}_2020-07-12_06-50-{serial:02d}.JPG"
+                    data = image_bytes(7000 + serial, "JPEG")
+                else:
+                    name = f"{serial:08x}-af04-4b81-9ad7-3ba6c164fe7b.png"
+                    data = image_bytes(7000 + serial, "PNG")
+                relative = f"{subset}/{name}"
+                (root / "data" / "test" / relative).parent.mkdir(parents=True, exist_ok=True)
+                (root / "data" / "test" / relative).write_bytes(data)
+                md5 = hashlib.md5(data).hexdigest()
+                scientific = " ".join(part for part in taxon[5:7] if part)
+                extra = [name, md5] if subset == "ohio-small-animals" else [name, md5, md5]
+                lines.append(
+                    [f"https://example.org/{subset}/{serial}.jpg", "", "", f"{subset} : {serial}",
+                     f"{subset} : unknown", subset, -1, taxon[7], scientific, taxon[7],
+                     *taxon[:7], relative, *extra]
+                )  # fmt: skip
+                rows[subset].append([relative, *taxon])
+        _write_csv(root / f"{subset}-balanced.csv", IDLE_COLUMNS + tail, lines)
     (root / "README.md").write_text("---\nlicense: other\n---\n# IDLE-OO\n", encoding="utf-8")
     return rows
 

@@ -107,7 +107,7 @@ OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, plan_shards, metrics, per_class, paired_tests, tables, benchmark_table, paper_table, plot_benchmark, provenance
+localrules: all, plan_shards, metrics, per_class, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
 
 
 wildcard_constraints:

@@ -53,6 +53,8 @@ rule paper_table:
             category="Paper tables",
             labels={"table": "{table}"},
         ),
+        rst="results/tables/paper/{table}.rst",
+        coverage="results/tables/paper/{table}.coverage.json",
     params:
         benchmarks=BENCHMARKS,
         tolerance=config["tables"]["tolerance"],
@@ -67,6 +69,23 @@ rule paper_table:
         "logs/paper_table/{table}.log",
     script:
         "../../scripts/paper_table.py"
+
+
+# Each paper table's coverage (published cells ours, and why the others are empty) in one file,
+# and the report's first page: those lines, then the tables (workflow/report/workflow.rst).
+rule paper_summary:
+    input:
+        coverage=expand("results/tables/paper/{table}.coverage.json", table=PAPER_TABLES),
+        fragments=expand("results/tables/paper/{table}.rst", table=PAPER_TABLES),
+    output:
+        markdown="results/tables/coverage.md",
+        front_page="results/tables/front_page.rst",
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/paper_summary/paper_summary.log",
+    script:
+        "../../scripts/paper_summary.py"
 
 
 rule plot_benchmark:

@@ -69,6 +69,7 @@ LEGACY = DecodePolicy(exif=True, convert="before")
 FORMAT_POLICIES: dict[str, DecodePolicy] = {
     "hf_parquet": LEGACY,
     "biovita": LEGACY,
+    "biovita_t2i": LEGACY,
     "inquire": DecodePolicy(exif=True, convert="after"),
     "imagefolder_csv": DecodePolicy(exif=False, convert="before_if_rgba_or_p"),
     "annotation_csv": DecodePolicy(exif=False, convert="before"),

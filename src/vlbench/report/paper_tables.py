@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from vlbench.errors import VlbenchError
+from vlbench.report.coverage import Coverage, table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout
 from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
 
@@ -72,6 +73,7 @@ class PaperTable:
     tolerance: float
     benchmark_keys: list[str]
     notes: list[str] = field(default_factory=list)
+    coverage: Coverage | None = None
 
 
 def _all_flags(flags: Iterable[bool | None]) -> bool | None:
@@ -104,30 +106,51 @@ def _reference_subset(row: Mapping[str, Any], fixed: str | None) -> str:
     return str(group) if group not in (None, "") else str(row["subset"])
 
 
+def _coordinates(benchmark: str, subset: str, direction: str, metric: str) -> tuple[str, ...]:
+    """A cell's coordinates; subsets compare without regard to case (`Appearance`, `appearance`)."""
+    return (benchmark, subset.casefold(), direction, metric)
+
+
+def _combined_row(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """A column that averages subsets: the mean value and chance level, the summed query count
+    (no interval: the parts' intervals do not combine into one)."""
+    values = [_value(part, "value") for part in parts]
+    chances = [_value(part, "chance") for part in parts]
+    counts = [part.get("n_queries") for part in parts]
+    return {
+        "value": None if None in values else sum(values) / len(values),  # type: ignore[arg-type]
+        "chance": None if None in chances else sum(chances) / len(chances),  # type: ignore[arg-type]
+        "n_queries": None if None in counts else sum(int(n) for n in counts),  # type: ignore[arg-type]
+        "k": parts[0]["k"],
+    }
+
+
 def match_metric_rows(
     metrics: pl.DataFrame, layout: PaperLayout, mapping: ReferenceMap
 ) -> dict[tuple[str, int], dict[str, Any]]:
-    """Our metric row for each (model key, column index); an exact k beats a row without k."""
-    by_coordinates: dict[tuple[str, str, str, str], list[int]] = {}
+    """Our metric row for each (model key, column index); an exact k beats a row without k.
+
+    A column with `parts` gets the combination of our rows for all of its subsets (none while
+    one is missing).
+    """
+    by_coordinates: dict[tuple[str, ...], list[tuple[int, str]]] = {}
     for index, column in enumerate(layout.columns):
-        coordinates = (column.benchmark, column.subset, column.direction, column.metric)
-        by_coordinates.setdefault(coordinates, []).append(index)
-    found: dict[tuple[str, int], dict[str, Any]] = {}
-    owner: dict[tuple[str, int], str] = {}
+        for part in column.parts or (column.subset,):
+            coordinates = _coordinates(column.benchmark, part, column.direction, column.metric)
+            by_coordinates.setdefault(coordinates, []).append((index, part))
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    owner: dict[tuple[str, int, str], str] = {}
     for row in metrics.iter_rows(named=True):
         ref = mapping.benchmark(row["benchmark"])
-        coordinates = (
-            ref.reference,
-            _reference_subset(row, ref.subset),
-            row["direction"],
-            row["metric"],
+        coordinates = _coordinates(
+            ref.reference, _reference_subset(row, ref.subset), row["direction"], row["metric"]
         )
         k = None if row["k"] is None else int(row["k"])
-        for index in by_coordinates.get(coordinates, []):
+        for index, part in by_coordinates.get(coordinates, []):
             column = layout.columns[index]
             if k is not None and k != column.k:
                 continue
-            key = (row["model"], index)
+            key = (row["model"], index, part)
             previous = found.get(key)
             if previous is not None and owner[key] != row["benchmark"]:
                 raise VlbenchError(
@@ -138,7 +161,41 @@ def match_metric_rows(
             if previous is None or (previous["k"] is None and k is not None):
                 found[key] = row
                 owner[key] = row["benchmark"]
-    return found
+    cells: dict[tuple[str, int], dict[str, Any]] = {}
+    for model in sorted({model for model, _, _ in found}):
+        for index, column in enumerate(layout.columns):
+            if not column.parts:
+                if (model, index, column.subset) in found:
+                    cells[(model, index)] = found[(model, index, column.subset)]
+                continue
+            parts = [found.get((model, index, part)) for part in column.parts]
+            if all(part is not None for part in parts):
+                cells[(model, index)] = _combined_row(parts)  # type: ignore[arg-type]
+    return cells
+
+
+def missing_parts(
+    metrics: pl.DataFrame, layout: PaperLayout, mapping: ReferenceMap
+) -> dict[int, list[str]]:
+    """For each column that averages subsets: the subsets no benchmark of ours stands for."""
+    present = {
+        _coordinates(
+            mapping.benchmark(row["benchmark"]).reference,
+            _reference_subset(row, mapping.benchmark(row["benchmark"]).subset),
+            row["direction"],
+            row["metric"],
+        )
+        for row in metrics.iter_rows(named=True)
+    }
+    return {
+        index: [
+            part
+            for part in column.parts
+            if _coordinates(column.benchmark, part, column.direction, column.metric) not in present
+        ]
+        for index, column in enumerate(layout.columns)
+        if column.parts
+    }
 
 
 def _published_columns(
@@ -150,7 +207,11 @@ def _published_columns(
         any(
             ref.published
             and ref.reference == column.benchmark
-            and ref.subset in (None, column.subset)
+            and (
+                ref.subset is None
+                or ref.subset.casefold()
+                in {subset.casefold() for subset in (column.subset, *column.parts)}
+            )
             for ref in refs
         )
         for column in layout.columns
@@ -325,6 +386,7 @@ def build_paper_table(
     )
     table.notes.extend(f"Published values: {source}." for source in sources)
     table.notes.extend(_not_run_notes(layout, mapping, not_run or {}))
+    table.coverage = table_coverage(table, reference, mapping, not_run or {})
     return table
 
 

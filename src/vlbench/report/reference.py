@@ -54,10 +54,12 @@ class BenchmarkRef:
 
 @dataclass
 class ReferenceMap:
-    """Model key -> reference model names; benchmark key -> reference benchmark and subset."""
+    """Model key -> reference model names; benchmark key -> reference benchmark and subset;
+    reference model name -> why no config can reproduce its row."""
 
     models: dict[str, list[str]] = field(default_factory=dict)
     benchmarks: dict[str, BenchmarkRef] = field(default_factory=dict)
+    not_reproducible: dict[str, str] = field(default_factory=dict)
 
     def model_names(self, model_key: str) -> list[str]:
         """Reference names of a model key; a key spelt like a reference name stands for itself."""
@@ -150,10 +152,11 @@ def read_map(path: str | Path) -> ReferenceMap:
     """Read and check a reference map YAML (see config/reference/map.yaml)."""
     path = Path(path)
     raw = read_yaml_mapping(path, "reference map")
-    unknown = sorted(set(raw) - {"models", "benchmarks"})
+    unknown = sorted(set(raw) - {"models", "benchmarks", "not_reproducible"})
     if unknown:
         raise VlbenchError(
-            f"{path}: unknown key {', '.join(unknown)} (allowed: benchmarks, models)"
+            f"{path}: unknown key {', '.join(unknown)} "
+            "(allowed: benchmarks, models, not_reproducible)"
         )
     models = {
         str(key): _name_list(value, f"{path}: models.{key}")
@@ -163,7 +166,16 @@ def read_map(path: str | Path) -> ReferenceMap:
         str(key): _benchmark_ref(value, f"{path}: benchmarks.{key}")
         for key, value in (raw.get("benchmarks") or {}).items()
     }
-    return ReferenceMap(models=models, benchmarks=benchmarks)
+    reasons = raw.get("not_reproducible") or {}
+    if not isinstance(reasons, Mapping) or not all(
+        isinstance(reason, str) and reason.strip() for reason in reasons.values()
+    ):
+        raise VlbenchError(f"{path}: not_reproducible: expected reference model name: reason")
+    return ReferenceMap(
+        models=models,
+        benchmarks=benchmarks,
+        not_reproducible={str(name): str(reason) for name, reason in reasons.items()},
+    )
 
 
 def published_lookup(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 from pathlib import Path
 
 from vlbench.atomic import write_text
@@ -45,8 +46,10 @@ def row_flags(row: Row) -> list[str]:
 
 
 def legend(table: PaperTable, mark: str = TOLERANCE_MARK, dash: str = DASH) -> list[str]:
-    """Lines that explain the cells and flags, shared by every format."""
+    """Lines that explain the cells and flags, shared by every format (coverage first)."""
+    coverage = [f"Coverage: {table.coverage.summary()}"] if table.coverage else []
     return [
+        *coverage,
         "Each cell: ours / published / difference (ours - published), in percent; "
         f"{dash} where a value is missing.",
         f"{mark} marks a difference larger than {table.tolerance:g} percentage points.",
@@ -187,14 +190,47 @@ def html_fragment(table: PaperTable) -> str:
     )
 
 
+_RST_BULLETS = ("*", "+", "-", "•", "‣", "⁃")
+
+
+def _rst_cell(text: str) -> str:
+    """A list-table cell: one line, a leading bullet character escaped."""
+    text = " ".join(text.split()) or DASH
+    return "\\" + text if text.startswith(_RST_BULLETS) else text
+
+
+def rst_fragment(table: PaperTable) -> str:
+    """The table as reStructuredText (a section of the report's first page)."""
+    title = table.layout.title
+    lines = [title, "~" * len(title), ""]
+    if table.coverage:
+        lines += [f"*Coverage:* {table.coverage.summary()}", ""]
+    lines += [".. list-table::", "   :header-rows: 1", ""]
+    rows = [["model", *table.labels, "flags"]]
+    rows += [
+        [row.label, *map(cell_text, row.cells), "; ".join(row_flags(row))] for row in table.rows
+    ]
+    for row in rows:
+        lines += [f"   * - {_rst_cell(row[0])}", *(f"     - {_rst_cell(cell)}" for cell in row[1:])]
+    return "\n".join(lines) + "\n"
+
+
+def coverage_json(table: PaperTable) -> str:
+    """The table's coverage record as JSON."""
+    assert table.coverage is not None
+    return json.dumps(table.coverage.as_dict(), indent=1, sort_keys=True) + "\n"
+
+
 def write_paper_table(table: PaperTable, directory: str | Path) -> list[Path]:
-    """Write <table>.md, .csv, .tex and .html into `directory`; return the paths."""
+    """Write <table>.md, .csv, .tex, .html, .rst and .coverage.json into `directory`."""
     directory = Path(directory)
     outputs = {
         "md": markdown(table),
         "csv": csv_text(table),
         "tex": latex(table),
         "html": html_fragment(table),
+        "rst": rst_fragment(table),
+        "coverage.json": coverage_json(table),
     }
     paths = []
     for extension, text in outputs.items():

@@ -6,11 +6,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vlbench.protocols import DIRECTIONS, PROTOCOLS
+from vlbench.protocols import benchmark_directions as directions_of_benchmark
 
 
 def benchmark_directions(config: Mapping[str, Any], benchmark: str) -> list[str]:
-    """The directions a benchmark's protocol evaluates."""
-    return list(PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].directions)
+    """The directions a benchmark evaluates (its protocol's, fixed by its source format)."""
+    return list(directions_of_benchmark(config["benchmarks"][benchmark]))
 
 
 def metric_files(config: Mapping[str, Any]) -> list[str]:
@@ -39,7 +40,8 @@ def metrics_extra_targets(config: Mapping[str, Any]) -> list[str]:
     return targets + (["results/tables/paired_tests.csv"] if len(config["models"]) > 1 else [])
 
 
-PAPER_TABLE_FORMATS = ("md", "csv", "tex", "html")
+PAPER_TABLE_FORMATS = ("md", "csv", "tex", "html", "rst", "coverage.json")
+SUMMARY_TARGETS = ("results/tables/coverage.md", "results/tables/front_page.rst")
 BENCHMARK_PLOTS = ("recall_at_k", "model_bars")
 
 
@@ -58,7 +60,7 @@ def table_targets(
         f"results/tables/paper/{table}.{extension}"
         for table in paper_tables
         for extension in PAPER_TABLE_FORMATS
-    ]
+    ] + list(SUMMARY_TARGETS)
     for benchmark in sorted(benchmarks):
         targets += [
             f"results/tables/{benchmark}.html",

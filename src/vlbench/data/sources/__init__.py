@@ -38,6 +38,7 @@ def _listed(*keys: str) -> Callable[[dict[str, Any]], list[str]]:
 FORMATS: dict[str, SourceFormat] = {
     "hf_parquet": SourceFormat(hf_parquet.load, hf_parquet.hub_patterns),
     "biovita": SourceFormat(biovita.load, biovita.hub_patterns),
+    "biovita_t2i": SourceFormat(biovita.load_t2i, biovita.hub_patterns),
     "inquire": SourceFormat(inquire.load, hf_parquet.hub_patterns),
     "imagefolder_csv": SourceFormat(classification.load, classification.hub_patterns),
     "annotation_csv": SourceFormat(csv_pairs.load, None),

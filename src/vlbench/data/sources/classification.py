@@ -19,7 +19,16 @@ RANKS = ("kingdom", "phylum", "class", "order", "family", "genus", "species")
 # default to the CSV column "class": BioCAP's folders hold the label there, Rare Species the rank.
 DEFAULT_COLUMNS = {"file": "filepath", "label": "class", "common": "common_name"}
 DEFAULT_COLUMNS.update({rank: rank for rank in RANKS})
-TEXT_TYPES = ("asis", "sci", "com", "taxon", "sci_com", "taxon_com")
+# The canonical columns each text type is written from (see class_text).
+TEXT_TYPE_COLUMNS = {
+    "asis": ("label",),
+    "sci": ("genus", "species"),
+    "com": ("common",),
+    "taxon": RANKS,
+    "sci_com": ("genus", "species", "common"),
+    "taxon_com": (*RANKS, "common"),
+}
+TEXT_TYPES = tuple(TEXT_TYPE_COLUMNS)
 TEMPLATE_SETS = ("openai_imagenet", "none")
 OPENAI_TEMPLATE_COUNT = 80
 
@@ -41,27 +50,33 @@ def templates(name: str) -> list[Callable[[str], str]]:
     return found
 
 
-def _clean(value: str | None) -> str:
-    return " ".join((value or "").split())
+def _scientific(genus: str, species: str) -> str:
+    """`Taxon.scientific_name`: "Genus species", the genus alone, or nothing."""
+    if species:
+        return f"{genus} {species}"
+    return genus
 
 
-def species_epithet(genus: str, species: str) -> str:
-    """The lower-case species epithet, also when the column holds the binomial."""
-    species = _clean(species)
-    if genus and species.lower().startswith(genus.lower() + " "):
-        species = species[len(genus) + 1 :]
-    return species.lower()
+def _taxonomic(ranks: list[str]) -> str:
+    """`Taxon.taxonomic_name`: all seven ranks joined by single spaces, empty ones included
+    (their double spaces are the reference's; the open_clip tokenizers collapse whitespace), or
+    "Genus species" when the kingdom is empty."""
+    if not ranks[0]:
+        return f"{ranks[5]} {ranks[6]}"
+    return " ".join(ranks)
 
 
 def class_text(row: dict[str, str], columns: dict[str, str], text_type: str) -> str:
-    """One class's text in a BioCLIP-family text type (see config/README.md)."""
+    """One class's text in a BioCLIP-family text type, exactly as BioCAP and BioCLIP 2 write it
+    (`imageomics/naming_eval.py`, `Taxon` and `to_classes`, Imageomics/biocap @ 6e589be): the
+    ranks kingdom to genus `.capitalize()`d, the species epithet lower-cased, values otherwise
+    verbatim, " with common name X" appended when the common name is not empty."""
     if text_type == "asis":
         return row.get(columns["label"]) or ""
-    ranks = {rank: _clean(row.get(columns[rank])) for rank in RANKS}
-    ranks["species"] = species_epithet(ranks["genus"], ranks["species"])
-    common = _clean(row.get(columns["common"]))
-    scientific = " ".join(part for part in (ranks["genus"], ranks["species"]) if part)
-    taxon = " ".join(part for part in (ranks[rank] for rank in RANKS) if part)
+    ranks = [(row.get(columns[rank]) or "").capitalize() for rank in RANKS[:-1]]
+    ranks.append((row.get(columns["species"]) or "").lower())
+    common = row.get(columns["common"]) or ""
+    scientific, taxon = _scientific(ranks[5], ranks[6]), _taxonomic(ranks)
     suffix = f" with common name {common}" if common else ""
     return {
         "sci": scientific,
@@ -70,13 +85,6 @@ def class_text(row: dict[str, str], columns: dict[str, str], text_type: str) -> 
         "sci_com": scientific + suffix,
         "taxon_com": taxon + suffix,
     }[text_type]
-
-
-def class_key(row: dict[str, str], columns: dict[str, str], text_type: str) -> str:
-    """The class an image belongs to: the label as given, or its full taxon."""
-    if text_type == "asis":
-        return row.get(columns["label"]) or ""
-    return class_text(row, columns, "taxon")
 
 
 def _as_list(value: str | list[str] | None, default: list[str]) -> list[str]:
@@ -100,16 +108,19 @@ def _annotation_files(root: Path, source: dict[str, Any], where: str) -> list[tu
     return pairs
 
 
-def _read_rows(path: Path, columns: dict[str, str], text_type: str) -> list[dict[str, str]]:
+def _read_rows(
+    path: Path, columns: dict[str, str], text_type: str, where: str
+) -> list[dict[str, str]]:
+    """The CSV's rows, once every column the file paths and the text type need is there."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
-        needed = [columns["file"]]
-        needed += [columns["label"]] if text_type == "asis" else []
-        missing = [name for name in needed if name not in header]
+        needed = [columns["file"], *(columns[key] for key in TEXT_TYPE_COLUMNS[text_type])]
+        missing = [name for name in dict.fromkeys(needed) if name not in header]
         if missing:
             raise VlbenchError(
-                f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(header)})"
+                f"{where}: {path}: missing column(s) {', '.join(missing)} for text_type "
+                f"{text_type!r} (has: {', '.join(header)}; map names with source.columns)"
             )
         return list(reader)
 
@@ -122,23 +133,24 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     columns = {**DEFAULT_COLUMNS, **source.get("columns", {})}
     files = _annotation_files(root, source, where)
     prefix_ids = len(files) > 1
+    # A class is its text (the reference's `data['class'].unique()`), numbered in order of
+    # first appearance as the reference numbers its classes: two common names of one taxon
+    # are two classes under taxon_com.
     records: list[tuple[str, Path, str, str]] = []
-    texts_of: dict[str, str] = {}
-    conflicting = 0
+    classes: dict[str, None] = {}
     for path, folder in files:
-        for number, row in enumerate(_read_rows(path, columns, text_type), start=2):
+        for number, row in enumerate(_read_rows(path, columns, text_type, where), start=2):
             relative = row.get(columns["file"]) or ""
-            key, text = class_key(row, columns, text_type), class_text(row, columns, text_type)
-            if not relative or not key:
+            text = class_text(row, columns, text_type)
+            if not relative or not text.strip():
                 raise VlbenchError(f"{path}: line {number}: empty file path or class")
-            conflicting += texts_of.setdefault(key, text) != text
+            classes.setdefault(text)
             image_id = f"{path.stem}/{relative}" if prefix_ids else relative
-            records.append((image_id, folder / relative, key, f"{path}: line {number}"))
+            records.append((image_id, folder / relative, text, f"{path}: line {number}"))
     prompts = templates(benchmark.get("templates", "openai_imagenet"))
-    classes = sorted(texts_of)
     texts = [
-        (f"c{ci:05d}-t{ti:02d}", prompt(texts_of[key]), key)
-        for ci, key in enumerate(classes)
+        (f"c{ci:05d}-t{ti:02d}", prompt(text), text)
+        for ci, text in enumerate(classes)
         for ti, prompt in enumerate(prompts)
     ]
 
@@ -151,7 +163,6 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
         "n_templates": len(prompts),
         "text_type": text_type,
         "templates": benchmark.get("templates", "openai_imagenet"),
-        "n_classes_with_conflicting_texts": conflicting,
         "annotations": [
             str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
             for path, _ in files

@@ -155,12 +155,13 @@ def _drop_images(data: SourceData, dropped: set[str], protocol: str) -> None:
         if row.query_modality == "image" and row.query_id in dropped:
             continue
         if row.query_modality == "text":
-            keep = [i for i, cid in enumerate(row.candidate_ids) if cid not in dropped]
+            # The groups are the query's candidate taxa in order, not one per candidate id:
+            # a taxon whose images were all skipped stays a candidate (it scores no entry).
             row = Candidates(
                 row.query_modality,
                 row.query_id,
-                [row.candidate_ids[i] for i in keep],
-                None if row.candidate_groups is None else [row.candidate_groups[i] for i in keep],
+                [cid for cid in row.candidate_ids if cid not in dropped],
+                row.candidate_groups,
             )
         kept.append(row)
     data.candidates = kept

@@ -1,0 +1,164 @@
+"""How much of a published table our run filled, and why the rest is empty: one line per table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vlbench.report.reference import BenchmarkRef, PublishedValue, ReferenceMap
+
+if TYPE_CHECKING:
+    from vlbench.report.paper_layouts import Column, PaperLayout
+    from vlbench.report.paper_tables import PaperTable
+
+
+@dataclass
+class Coverage:
+    """Published cells of one table, ours among them, and the reasons the others are empty."""
+
+    table: str
+    title: str
+    published: int = 0
+    ours: int = 0
+    # why published cells stayed empty: category -> detail (a model, a benchmark) -> cells
+    reasons: dict[str, Counter] = field(default_factory=dict)
+    # Published values are not compared (every benchmark of the table is a stand-in).
+    stand_in: bool = False
+    # Cells of our own rows (every configured model that reaches this table), and the filled ones.
+    our_cells: int = 0
+    our_filled: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Every cell of every row of ours is filled."""
+        return self.our_filled == self.our_cells
+
+    def summary(self) -> str:
+        """'44/66 published cells ours; 22 not reproducible (...); cells of our rows filled:
+        77/77.'"""
+        if self.stand_in:
+            parts = ["published values not compared (the benchmarks are stand-ins)"]
+        else:
+            parts = [f"{self.ours}/{self.published} published cells ours"]
+        for category, details in sorted(self.reasons.items()):
+            listed = "; ".join(detail for detail in details)
+            parts.append(f"{sum(details.values())} {category} ({listed})")
+        parts.append(f"cells of our rows filled: {self.our_filled}/{self.our_cells}")
+        return "; ".join(parts) + "."
+
+    def line(self) -> str:
+        """The summary after the table's title."""
+        return f"{self.title}: {self.summary()}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (results/tables/paper/<table>.coverage.json)."""
+        return {
+            "table": self.table,
+            "title": self.title,
+            "published_cells": self.published,
+            "ours": self.ours,
+            "reasons": {key: dict(value) for key, value in sorted(self.reasons.items())},
+            "stand_in": self.stand_in,
+            "our_cells": self.our_cells,
+            "our_filled": self.our_filled,
+            "line": self.line(),
+        }
+
+
+def _stands_for(ref: BenchmarkRef, column: Column) -> bool:
+    """Whether a benchmark key mapped to `ref` feeds `column`."""
+    if ref.reference != column.benchmark:
+        return False
+    subsets = {subset.casefold() for subset in (column.subset, *column.parts)}
+    return ref.subset is None or ref.subset.casefold() in subsets
+
+
+def _published_grid(
+    layout: PaperLayout, reference: Iterable[PublishedValue]
+) -> dict[tuple[str, int], None]:
+    """(reference model, column number) of every published cell of the table; the mean column
+    is number len(columns)."""
+    index = {
+        (c.benchmark, c.subset.casefold(), c.direction, c.metric, c.k): i
+        for i, c in enumerate(layout.columns)
+    }
+    if layout.mean is not None:
+        m = layout.mean
+        index[(m.benchmark, m.subset.casefold(), m.direction, m.metric, m.k)] = len(layout.columns)
+    grid: dict[tuple[str, int], None] = {}
+    for value in reference:
+        if value.table != layout.table:
+            continue
+        key = (value.benchmark, value.subset.casefold(), value.direction, value.metric, value.k)
+        if key in index:
+            grid[(value.model, index[key])] = None
+    return grid
+
+
+def table_coverage(
+    table: PaperTable,
+    reference: Iterable[PublishedValue],
+    mapping: ReferenceMap,
+    not_run: Mapping[str, list[str]],
+) -> Coverage:
+    """Count the table's published cells that our run filled and say why each other one is not.
+
+    Reasons, in order: the model cannot be reproduced (the map's `not_reproducible`), the plan
+    left its model or benchmark out for missing data (`not_run`), no configured model or
+    benchmark stands for it, or (a fault) it stayed empty although both were run.
+    """
+    layout = table.layout
+    coverage = Coverage(layout.table, layout.title)
+    n_columns = len(layout.columns)
+    rows_of: dict[str, list] = {}
+    for row in table.rows:
+        if row.model_key is not None:
+            rows_of.setdefault(row.reference_model or "", []).append(row)
+            coverage.our_cells += len(row.cells)
+            coverage.our_filled += sum(cell.ours is not None for cell in row.cells)
+    skipped_models = set(not_run.get("models", []))
+    skipped_benchmarks = {key: mapping.benchmark(key) for key in not_run.get("benchmarks", [])}
+    run_benchmarks = [mapping.benchmark(key) for key in table.benchmark_keys]
+
+    def columns_of(number: int) -> list[Column]:
+        if number < n_columns:
+            return [layout.columns[number]]
+        assert layout.mean is not None
+        return [layout.columns[table.labels.index(label)] for label in layout.mean.of]
+
+    keys = [*table.benchmark_keys, *skipped_benchmarks]
+    coverage.stand_in = not any(
+        mapping.benchmark(key).published and mapping.benchmark(key).reference in layout.benchmarks
+        for key in keys
+    )
+    grid = {} if coverage.stand_in else _published_grid(layout, reference)
+    for name, number in grid:
+        coverage.published += 1
+        ours = [row for row in rows_of.get(name, []) if row.model_key not in skipped_models]
+        if any(row.cells[number].ours is not None for row in ours):
+            coverage.ours += 1
+            continue
+        columns = columns_of(number)
+        left_out = sorted(
+            {key for key in skipped_models if name in mapping.model_names(key)}
+            | {
+                key
+                for key, ref in skipped_benchmarks.items()
+                if any(_stands_for(ref, column) for column in columns)
+            }
+        )
+        if name in mapping.not_reproducible:
+            category, detail = "not reproducible", f"{name}: {mapping.not_reproducible[name]}"
+        elif left_out:
+            category, detail = "not run, data missing", ", ".join(left_out)
+        elif not ours:
+            category, detail = "not configured", f"model {name}"
+        elif not all(any(_stands_for(ref, c) for ref in run_benchmarks) for c in columns):
+            labels = ", ".join(column.label for column in columns)
+            category, detail = "not configured", f"benchmark of {labels}"
+        else:
+            category, detail = "empty although run", f"{name}"
+        coverage.reasons.setdefault(category, Counter())[detail] += 1
+    return coverage
