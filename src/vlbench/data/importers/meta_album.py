@@ -46,12 +46,13 @@ or two categories that become one under NFD is a one-line error; nothing is writ
 
 from __future__ import annotations
 
+import functools
 import json
 import unicodedata
 from pathlib import Path
 
-from vlbench.data.importers.biocap_files import CLASSIFICATION, order_like_biocap, same_as_biocap
-from vlbench.data.importers.output import ImportResult, pandas_csv, sha256, staging
+from vlbench.data.importers.biocap_files import CLASSIFICATION
+from vlbench.data.importers.output import import_class_folders
 from vlbench.data.importers.reading import (
     read_csv,
     read_text,
@@ -119,24 +120,8 @@ def meta_album_rows(src: Path) -> list[tuple[str, str, Path]]:
     return rows
 
 
-def import_meta_album(
-    src: Path,
-    dest: Path,
-    *,
-    metadata: Path | None = None,
-    replace: bool = False,
-    copy: bool = False,
-) -> ImportResult:
-    """Write DEST/metadata.csv and DEST/<class>/<image> from one Meta-Album release folder."""
-    rows = meta_album_rows(src)
-    pairs = [(relative, label) for relative, label, _ in rows]
-    if metadata is not None:
-        pairs = order_like_biocap(pairs, Path(metadata), f"{src}/labels.csv")
-    files = {relative: file for relative, _, file in rows}
-    data = pandas_csv(["filepath", "class"], pairs)
-    with staging(Path(dest), replace, copy) as stage:
-        for relative, _ in pairs:
-            stage.place_image(files[relative], relative)
-        stage.write_bytes("metadata.csv", data)
-    stage.result.notes.append(same_as_biocap(sha256(data), f"{CLASSIFICATION}/meta-album/"))
-    return stage.result
+# import_meta_album(src, dest, *, metadata=None, replace=False, copy=False) writes
+# DEST/metadata.csv and DEST/<class>/<image> from one Meta-Album release folder.
+import_meta_album = functools.partial(
+    import_class_folders, meta_album_rows, "labels.csv", f"{CLASSIFICATION}/meta-album/"
+)

@@ -45,10 +45,11 @@ image listed but absent is a one-line error; nothing is written then.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from vlbench.data.importers.biocap_files import CLASSIFICATION, order_like_biocap, same_as_biocap
-from vlbench.data.importers.output import ImportResult, pandas_csv, sha256, staging
+from vlbench.data.importers.biocap_files import CLASSIFICATION
+from vlbench.data.importers.output import import_class_folders
 from vlbench.data.importers.reading import (
     read_pairs,
     require_file,
@@ -114,24 +115,8 @@ def nabirds_rows(src: Path) -> list[tuple[str, str, Path]]:
     return rows
 
 
-def import_nabirds(
-    src: Path,
-    dest: Path,
-    *,
-    metadata: Path | None = None,
-    replace: bool = False,
-    copy: bool = False,
-) -> ImportResult:
-    """Write DEST/metadata.csv and DEST/<class folder>/<image> from a NABirds release."""
-    rows = nabirds_rows(src)
-    pairs = [(relative, label) for relative, label, _ in rows]
-    if metadata is not None:
-        pairs = order_like_biocap(pairs, Path(metadata), f"{src}/images.txt")
-    files = {relative: file for relative, _, file in rows}
-    data = pandas_csv(["filepath", "class"], pairs)
-    with staging(Path(dest), replace, copy) as stage:
-        for relative, _ in pairs:
-            stage.place_image(files[relative], relative)
-        stage.write_bytes("metadata.csv", data)
-    stage.result.notes.append(same_as_biocap(sha256(data), f"{CLASSIFICATION}/nabirds/"))
-    return stage.result
+# import_nabirds(src, dest, *, metadata=None, replace=False, copy=False) writes
+# DEST/metadata.csv and DEST/<class folder>/<image> from a NABirds release.
+import_nabirds = functools.partial(
+    import_class_folders, nabirds_rows, "images.txt", f"{CLASSIFICATION}/nabirds/"
+)

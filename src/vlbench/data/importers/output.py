@@ -21,11 +21,12 @@ import hashlib
 import io
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vlbench.atomic import atomic_directory
+from vlbench.data.importers.biocap_files import order_like_biocap, same_as_biocap
 from vlbench.errors import VlbenchError
 
 # Errors of os.link that mean "cannot link here", answered by copying.
@@ -116,3 +117,35 @@ def pandas_csv(header: Iterable[str], rows: Iterable[Iterable[object]]) -> bytes
 def sha256(data: bytes) -> str:
     """Hex sha256 of some bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def import_class_folders(
+    read_rows: Callable[[Path], list[tuple[str, str, Path]]],
+    listing: str,
+    biocap_prefix: str,
+    src: Path,
+    dest: Path,
+    *,
+    metadata: Path | None = None,
+    replace: bool = False,
+    copy: bool = False,
+) -> ImportResult:
+    """DEST/metadata.csv (`filepath,class`, BioCAP's layout) and DEST/<filepath> per image.
+
+    `read_rows(src)` gives (filepath, class, publisher file) from the publisher's `listing`
+    file; with `metadata` (BioCAP's file) every row must match it and the rows take its order.
+    The summary says whether metadata.csv is byte-identical to one of BioCAP's files under
+    `biocap_prefix`.
+    """
+    rows = read_rows(Path(src))
+    pairs = [(relative, label) for relative, label, _ in rows]
+    if metadata is not None:
+        pairs = order_like_biocap(pairs, Path(metadata), f"{src}/{listing}")
+    files = {relative: file for relative, _, file in rows}
+    data = pandas_csv(["filepath", "class"], pairs)
+    with staging(Path(dest), replace, copy) as stage:
+        for relative, _ in pairs:
+            stage.place_image(files[relative], relative)
+        stage.write_bytes("metadata.csv", data)
+    stage.result.notes.append(same_as_biocap(sha256(data), biocap_prefix))
+    return stage.result
