@@ -2,7 +2,9 @@
 
 The file formats are documented in docs/score.md. `vlbench lock CONFIG` pins every hub
 download of a config in its lock file (vlbench.workflow.lock_command); `vlbench preflight CONFIG`
-prints the state of every model and benchmark (vlbench.workflow.preflight_command).
+prints the state of every model and benchmark (vlbench.workflow.preflight_command);
+`vlbench import <dataset> SRC DEST` turns a dataset as its publisher distributes it into the
+folder a config reads (vlbench.data.importers).
 """
 
 from __future__ import annotations
@@ -235,7 +237,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("config", help="the config file (YAML)")
     check.add_argument("--data-root", help="override the config's data_root")
+    add_import_parser(commands)
     return parser
+
+
+def add_import_parser(commands: argparse._SubParsersAction) -> None:
+    """`vlbench import <dataset> SRC DEST [options]`, one sub-command per importer."""
+    from vlbench.data.importers import COMMON_OPTIONS, IMPORTERS
+
+    imports = commands.add_parser(
+        "import",
+        help="turn a dataset as its publisher distributes it into the folder a config reads",
+    )
+    datasets = imports.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    for importer in IMPORTERS.values():
+        sub = datasets.add_parser(importer.name, help=f"{importer.dataset}; from {importer.get}")
+        sub.add_argument("src", metavar="SRC", help=importer.src)
+        sub.add_argument("dest", metavar="DEST", help="the folder to write (the config's path)")
+        for option in (*importer.options, *COMMON_OPTIONS):
+            if option.value is None:
+                sub.add_argument(option.flag, action="store_true", help=option.help)
+            else:
+                sub.add_argument(
+                    option.flag, required=option.required, metavar="PATH", help=option.help
+                )
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Run one importer; print its summary, or a one-line error (exit code 1)."""
+    from vlbench.data.importers import COMMON_OPTIONS, IMPORTERS
+
+    importer = IMPORTERS[args.dataset]
+    options = {o.dest: getattr(args, o.dest) for o in (*importer.options, *COMMON_OPTIONS)}
+    try:
+        result = importer.run(Path(args.src), Path(args.dest), **options)
+    except VlbenchError as error:
+        print(f"vlbench error: {error}", file=sys.stderr)
+        return 1
+    print(result.summary())
+    return 0
 
 
 def _write(option: str, path: str, write: Callable[[str], None]) -> None:
@@ -307,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vlbench.workflow.preflight_command import run_preflight
 
         return run_preflight(args.config, args.data_root)
+    if args.command == "import":
+        return run_import(args)
     try:
         rows = run_score(args)
     except VlbenchError as error:

@@ -2,9 +2,11 @@
 
 States: pinned / locked / will pin on first use (hub downloads), local file present, generated
 (synthetic data, random weights), or missing (a local folder or file that is not there, with
-the layout it needs). With `missing_data: skip` (the default) planning leaves the missing ones
-out of the run and the table says "not run"; `missing_data: fail` plans them anyway, so their
-jobs fail naming the path. `vlbench preflight CONFIG` prints the same table without planning.
+the layout it needs, and for a benchmark whose config names an `importer`, the `vlbench import`
+command that makes the folder from the publisher's files). With `missing_data: skip` (the
+default) planning leaves the missing ones out of the run and the table says "not run";
+`missing_data: fail` plans them anyway, so their jobs fail naming the path.
+`vlbench preflight CONFIG` prints the same table without planning.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlbench.config import source_kind
+from vlbench.data.importers import IMPORTERS
 from vlbench.embedding.models.dispatch import local_paths
 from vlbench.protocols import PROTOCOLS
 from vlbench.workflow.checks import missing_local_paths
@@ -70,6 +73,14 @@ def _layout(spec: Mapping[str, Any]) -> str:
     return LAYOUTS.get(name, name)
 
 
+def _import_hint(spec: Mapping[str, Any]) -> str:
+    """How to make a missing user-supplied folder, for a benchmark that names its importer."""
+    importer = IMPORTERS.get(spec.get("importer", ""))
+    if importer is None:
+        return ""
+    return f"; make it with: {importer.command(str(spec['source']['path']))}"
+
+
 def model_row(key: str, spec: Mapping[str, Any], pins: Mapping[str, Pin], missing: str) -> Row:
     """The table row of one model."""
     alone = {"models": {key: spec}, "benchmarks": {}}
@@ -102,7 +113,8 @@ def benchmark_row(key: str, spec: Mapping[str, Any], pins: Mapping[str, Pin], mi
         return Row("benchmark", key, *hub)
     lines = missing_local_paths(alone)
     if lines:
-        return Row("benchmark", key, missing, f"{'; '.join(lines)} (needs {_layout(spec)})")
+        detail = f"{'; '.join(lines)} (needs {_layout(spec)}){_import_hint(spec)}"
+        return Row("benchmark", key, missing, detail)
     return Row("benchmark", key, PRESENT, str(source["path"]))
 
 
