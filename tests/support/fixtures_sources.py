@@ -233,10 +233,17 @@ def write_biovita_t2i_repo(root: Path, n_queries: int = 12, seed: int = 0) -> di
 
 # --- INQUIRE-Rerank -------------------------------------------------------------------------
 
+# evendrow/INQUIRE-Rerank: the columns INQUIRE's and BioCAP's rerank code read (query, image,
+# inat24_image_id, relevant; INQUIRE src/eval_rerank_with_clip.py @ 7e04857) and the rest of the
+# column set public code reads from the hub (query_id, clip_score, inat24_file_name,
+# supercategory, category, iconic_group, inat24_species_id, inat24_species_name, latitude,
+# longitude, location_uncertainty, date); the card's column list at the pinned revision was not
+# found. Supercategories are capitalised as in INQUIRE's inquire_queries_test.csv.
 INQUIRE_SCHEMA = pa.schema(
     [
         ("image", IMAGE_STRUCT),
         ("query", pa.string()),
+        ("query_id", pa.int64()),
         ("relevant", pa.int64()),
         ("clip_score", pa.float64()),
         ("inat24_image_id", pa.int64()),
@@ -244,14 +251,12 @@ INQUIRE_SCHEMA = pa.schema(
         ("supercategory", pa.string()),
         ("category", pa.string()),
         ("iconic_group", pa.string()),
-        ("inat24_category_id", pa.int64()),
-        ("inat24_category_name", pa.string()),
+        ("inat24_species_id", pa.int64()),
+        ("inat24_species_name", pa.string()),
         ("latitude", pa.float64()),
         ("longitude", pa.float64()),
         ("location_uncertainty", pa.float64()),
         ("date", pa.string()),
-        ("license", pa.string()),
-        ("rights_holder", pa.string()),
     ]
 )
 SUPERCATEGORIES = ["Appearance", "Behavior", "Context", "Species"]
@@ -270,28 +275,27 @@ def inquire_rows(split: str, n_queries: int, per_query: int, seed: int) -> list[
                 {
                     "image": {"bytes": image_bytes(image_id), "path": f"{image_id}.jpg"},
                     "query": query,
+                    "query_id": q + 1,
                     "relevant": int(rank % 3 == 0),
                     "clip_score": float(rng.random()),
                     "inat24_image_id": image_id,
                     "inat24_file_name": f"train/{image_id}.jpg",
                     "supercategory": SUPERCATEGORIES[q % len(SUPERCATEGORIES)],
                     "category": "cat",
-                    "iconic_group": "Aves",
-                    "inat24_category_id": q,
-                    "inat24_category_name": "Corvus corax",
+                    "iconic_group": "Birds",
+                    "inat24_species_id": q,
+                    "inat24_species_name": "Corvus corax",
                     "latitude": 1.0,
                     "longitude": 2.0,
                     "location_uncertainty": 3.0,
                     "date": "2020-01-01",
-                    "license": "cc-by",
-                    "rights_holder": "someone",
                 }
             )
     return rows
 
 
 def write_inquire_repo(root: Path, n_queries: int = 6, per_query: int = 8) -> dict[str, list]:
-    """`data/{test,validation}-*.parquet` with the full INQUIRE-Rerank column set."""
+    """`data/{test,validation}-*.parquet` with INQUIRE-Rerank's column set (see above)."""
     features = {name: VALUE for name in INQUIRE_SCHEMA.names}
     features["image"] = {"_type": "Image"}
     rows = {}
@@ -576,7 +580,12 @@ def write_wds_repo(root: Path, n_images: int = 8, per_shard: int = 3, split: str
     return captions
 
 
-def write_karpathy(root: Path, per_split: dict[str, int] | None = None, coco: bool = False) -> dict:
+def write_karpathy(
+    root: Path,
+    per_split: dict[str, int] | None = None,
+    coco: bool = False,
+    images_dir: str = "images",
+) -> dict:
     """Karpathy split JSON + image folder (COCO entries carry a `filepath` subfolder)."""
     per_split = per_split or {"train": 6, "val": 3, "test": 5}
     images, sentid, imgid = [], 0, 0
@@ -584,8 +593,8 @@ def write_karpathy(root: Path, per_split: dict[str, int] | None = None, coco: bo
         for i in range(count):
             filename = f"COCO_{split}_{i:06d}.jpg" if coco else f"{split}{i:04d}.jpg"
             subfolder = ("val2014" if split != "train" else "train2014") if coco else ""
-            (root / "images" / subfolder).mkdir(parents=True, exist_ok=True)
-            (root / "images" / subfolder / filename).write_bytes(image_bytes(700 + imgid))
+            (root / images_dir / subfolder).mkdir(parents=True, exist_ok=True)
+            (root / images_dir / subfolder / filename).write_bytes(image_bytes(700 + imgid))
             sentences = [
                 {
                     "tokens": ["a", "cat"],

@@ -72,26 +72,39 @@ class LoopbackHub:
         self._server.server_close()
 
     def commit(
-        self, repo_type: str, repo: str, files: dict[str, bytes], branch: str = "main"
+        self,
+        repo_type: str,
+        repo: str,
+        files: dict[str, bytes],
+        branch: str = "main",
+        sha: str | None = None,
     ) -> str:
-        """Add a commit with exactly these files and move `branch` to it; return its sha."""
+        """Add a commit with exactly these files and move `branch` to it; return its sha (its
+        content's digest, or `sha` to stand in for a real repository's pinned commit)."""
         digest = hashlib.sha1(repo.encode())
         for path in sorted(files):
             digest.update(path.encode() + b"\0" + files[path])
         entry = self.repos.setdefault((repo_type, repo), Repo())
-        sha = digest.hexdigest()
+        sha = sha or digest.hexdigest()
         entry.commits[sha] = dict(files)
         entry.branches[branch] = sha
         return sha
 
-    def commit_folder(self, repo_type: str, repo: str, folder: Path, branch: str = "main") -> str:
+    def commit_folder(
+        self,
+        repo_type: str,
+        repo: str,
+        folder: Path,
+        branch: str = "main",
+        sha: str | None = None,
+    ) -> str:
         """`commit` with every file below a folder."""
         files = {
             str(path.relative_to(folder)): path.read_bytes()
             for path in sorted(folder.rglob("*"))
             if path.is_file()
         }
-        return self.commit(repo_type, repo, files, branch)
+        return self.commit(repo_type, repo, files, branch, sha)
 
     def fail(self, path: str, status: int = 500, times: int = 1) -> None:
         """Answer the next `times` requests whose URL path ends with `path` with `status`."""

@@ -1,0 +1,212 @@
+"""Run a shipped config as shipped, on small copies of its sources in their real layouts.
+
+What stays as shipped: every model key, every benchmark key and all of its options (protocol,
+source repository and revision, format, subset, files, columns, text type, k, ...), data_root's
+relative paths and the reference map. What changes, and why:
+
+- each model becomes a tiny open_clip architecture with seeded random weights (hub weights cannot
+  be downloaded here, and the big architectures would take minutes per image on 2 cores);
+- every hub repository is served by a loopback hub on 127.0.0.1 at the commit the config pins
+  (or, unpinned, pinned on first use into the config's lock file as a user's first run does),
+  holding a miniature in the repository's real layout (tests/support/fixtures_sources.py);
+- every folder under `data_root` is made by `vlbench import` from a miniature in its
+  publisher's layout (tests/support/fixtures_publishers.py), or written in the Karpathy layout;
+- `expected` row counts are dropped: they are the full datasets' counts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fixtures_publishers import (
+    CORNELL,
+    PLANTID,
+    write_meta_album,
+    write_nabirds,
+    write_retrieval,
+)
+from fixtures_sources import (
+    write_biovita_repo,
+    write_biovita_t2i_repo,
+    write_idle_oo_repo,
+    write_inquire_repo,
+    write_karpathy,
+    write_nlphuji_repo,
+    write_rare_species_repo,
+    write_wds_repo,
+)
+from loopback_hub import LoopbackHub, client_environment
+from workflow_helpers import REPO, SNAKEFILE, tiny_model
+
+from vlbench.data.importers.biocap_retrieval import import_retrieval
+from vlbench.data.importers.meta_album import import_meta_album
+from vlbench.data.importers.nabirds import import_nabirds
+from vlbench.data.synthetic import write_synthetic_biomedflickr
+
+CONFIG_DIR = REPO / "config"
+SHIPPED_CONFIGS = ("config", "biomedflickr", "biovita", "biocap", "retrieval-classic")
+
+
+def _nlphuji_coco(root: Path) -> object:
+    return write_nlphuji_repo(root, 4, "test_5k_mscoco_2014.csv", "images_mscoco_2014_5k_test.zip")
+
+
+# Hub dataset repository -> the writer of its miniature (real file names, columns, card).
+HUB_FIXTURES: dict[str, Callable[[Path], object]] = {
+    "Alejandro98/BioMedFlickr": lambda root: write_synthetic_biomedflickr(root, 12, 3),
+    "myang333/BioVITAI2TRetrieval": lambda root: write_biovita_repo(root, n_queries=6),
+    "myang333/BioVITAT2IRetrieval": lambda root: write_biovita_t2i_repo(root, n_queries=6),
+    "imageomics/rare-species": lambda root: write_rare_species_repo(root, per_class=2),
+    "imageomics/IDLE-OO-Camera-Traps": lambda root: write_idle_oo_repo(root, per_class=1),
+    # One query per supercategory, so every INQUIRE column of BioCAP Table 2 has a value.
+    "evendrow/INQUIRE-Rerank": lambda root: write_inquire_repo(root, n_queries=4, per_query=6),
+    "nlphuji/flickr_1k_test_image_text_retrieval": lambda root: write_nlphuji_repo(root, 4),
+    "nlphuji/mscoco_2014_5k_test_image_text_retrieval": _nlphuji_coco,
+    "clip-benchmark/wds_flickr30k": lambda root: write_wds_repo(root, 4, per_shard=2),
+    "clip-benchmark/wds_mscoco_captions": lambda root: write_wds_repo(root, 4, per_shard=3),
+}
+
+
+def _meta_album(code: str) -> Callable[[Path, Path], object]:
+    def build(scratch: Path, dest: Path) -> object:
+        return import_meta_album(write_meta_album(scratch, name=f"{code}_Mini"), dest)
+
+    return build
+
+
+def _biocap_retrieval(name: str, csv_name: str, items: list) -> Callable[[Path, Path], object]:
+    def build(scratch: Path, dest: Path) -> object:
+        images = write_retrieval(scratch, csv_name, items)
+        return import_retrieval(
+            name, images, dest, annotations=scratch / csv_name, allow_other_annotations=True
+        )
+
+    return build
+
+
+# Folder under data_root (as the shipped configs name it) -> how it is made from the
+# publisher's layout (scratch folder, destination).
+LOCAL_FIXTURES: dict[str, Callable[[Path, Path], object]] = {
+    "nabirds": lambda scratch, dest: import_nabirds(write_nabirds(scratch), dest),
+    **{
+        f"meta-album/{code}": _meta_album(code)
+        for code in ("PLK", "INS", "INS_2", "PLT_NET", "FNG", "PLT_VIL", "MED_LF")
+    },
+    "cornell-bird": _biocap_retrieval("cornell-bird", "cornell_bird.csv", CORNELL),
+    "plantid": _biocap_retrieval("plantid", "plantID.csv", PLANTID),
+    "flickr30k": lambda scratch, dest: write_karpathy(
+        dest, {"train": 2, "val": 1, "test": 3}, images_dir="flickr30k-images"
+    ),
+    "coco": lambda scratch, dest: write_karpathy(
+        dest, {"train": 2, "val": 1, "test": 3}, coco=True, images_dir="."
+    ),
+}
+DATA_ROOT_PREFIX = "{data_root}/"
+
+
+def shipped(name: str) -> dict[str, Any]:
+    """A shipped config file as its YAML reads."""
+    return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def as_tested(config: dict[str, Any]) -> dict[str, Any]:
+    """The shipped config with tiny seeded models under the same keys and no `expected` counts;
+    a model file named relative to the checkout (the demo's) resolves against it."""
+    tested = dict(config)
+    tested["models"] = {key: tiny_model(seed) for seed, key in enumerate(config["models"])}
+    tested["benchmarks"] = {
+        key: {**spec, "source": {k: v for k, v in spec["source"].items() if k != "expected"}}
+        for key, spec in config["benchmarks"].items()
+    }
+    return tested
+
+
+def hub_repos(config: dict[str, Any]) -> dict[str, str | None]:
+    """Every hub dataset repository the config reads, with its pinned revision (None: unpinned)."""
+    repos: dict[str, str | None] = {}
+    for spec in config["benchmarks"].values():
+        source = spec["source"]
+        if "repo" in source:
+            repos[source["repo"]] = source.get("revision")
+    return repos
+
+
+def local_folders(config: dict[str, Any]) -> list[str]:
+    """The folders under data_root the config reads."""
+    return sorted(
+        spec["source"]["path"].removeprefix(DATA_ROOT_PREFIX)
+        for spec in config["benchmarks"].values()
+        if str(spec["source"].get("path", "")).startswith(DATA_ROOT_PREFIX)
+    )
+
+
+def publish(hub: LoopbackHub, config: dict[str, Any], scratch: Path) -> None:
+    """Serve a miniature of each of the config's hub repositories, at its pinned commit."""
+    for repo, revision in hub_repos(config).items():
+        folder = scratch / "hub" / repo
+        if not folder.exists():
+            HUB_FIXTURES[repo](folder)
+        hub.commit_folder("dataset", repo, folder, sha=revision)
+
+
+def make_data_root(config: dict[str, Any], data_root: Path, scratch: Path) -> None:
+    """Make every folder under data_root that the config reads, from its publisher's layout."""
+    for folder in local_folders(config):
+        dest = data_root / folder
+        if not dest.exists():
+            LOCAL_FIXTURES[folder](scratch / "publishers" / folder, dest)
+
+
+def run_shipped(
+    name: str, workdir: Path, hub: LoopbackHub, *extra: str
+) -> subprocess.CompletedProcess:
+    """Run shipped config `name` (as tested) in `workdir` against `hub`; returns the process."""
+    config = shipped(name)
+    scratch = workdir / "fixtures"
+    publish(hub, config, scratch)
+    make_data_root(config, scratch / "data", scratch)
+    configfile = workdir / f"{name}.yaml"
+    configfile.write_text(yaml.safe_dump(as_tested(config), sort_keys=False), encoding="utf-8")
+    command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
+        "--directory", str(workdir), "--configfile", str(configfile),
+        "--config", f"data_root={scratch / 'data'}", "--cores", "2", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, **client_environment(hub, workdir / "hf-home")}
+    return subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
+
+
+# The paper tables each shipped config feeds (README: "Which config feeds which table").
+TABLES = {
+    "config": {"biomedflickr"},
+    "biomedflickr": {"biomedflickr"},
+    "biovita": {"biovita-unseen"},
+    "biocap": {"biocap-table1", "biocap-table2", "bioclip2-zeroshot"},
+    "retrieval-classic": {"openclip-retrieval", "clip-paper-table13"},
+}
+
+
+def paper_tables(workdir: Path) -> dict[str, dict[str, Any]]:
+    """Each paper table's coverage record, by table."""
+    import json
+
+    folder = workdir / "results" / "tables" / "paper"
+    return {
+        path.name.removesuffix(".coverage.json"): json.loads(path.read_text(encoding="utf-8"))
+        for path in folder.glob("*.coverage.json")
+    }
+
+
+def table_rows(workdir: Path, table: str) -> list[dict[str, str]]:
+    """The rows of a paper table's CSV."""
+    import csv
+
+    path = workdir / "results" / "tables" / "paper" / f"{table}.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
