@@ -192,7 +192,11 @@ def build_origin(kind: str, origin: Path) -> tuple[str, dict[str, Any], int]:
         return "paired", {}, 6
     if kind == "rare-species":
         write_rare_species_repo(origin, per_class=1)
-        return "zeroshot", {"annotations": "metadata.csv", "columns": {"file": "file_name"}}, 4
+        return (
+            "zeroshot",
+            {"annotations": "metadata.csv", "columns": {"file": "file_name", "common": "common"}},
+            4,
+        )
     if kind == "inquire":
         write_inquire_repo(origin, n_queries=2, per_query=5)
         return "rerank", {"split": "validation"}, -1

@@ -83,7 +83,10 @@ def benchmarks(root: Path) -> dict[str, dict[str, Any]]:
         "rare-species": {
             "protocol": "zeroshot",
             "text_type": "taxon_com",
-            "source": {"path": str(root / "rare"), "columns": {"file": "file_name"}},
+            "source": {
+                "path": str(root / "rare"),
+                "columns": {"file": "file_name", "common": "common"},
+            },
             "k": [1, 5],
         },
         "inquire-rerank": {
