@@ -43,6 +43,9 @@ class Protocol:
     grouped: bool = False
     # A per-class accuracy table is written.
     per_class: bool = False
+    # Images carry their class: few-shot accuracy (BioCLIP's protocol) is computed from the
+    # cached image embeddings (the benchmark's `fewshot` config entry).
+    fewshot: bool = False
 
     @property
     def needs_judgements(self) -> bool:
@@ -87,6 +90,7 @@ PROTOCOLS: dict[str, Protocol] = {
             ranking="classes",
             metrics="classification",
             per_class=True,
+            fewshot=True,
         ),
         Protocol(
             "rerank",

@@ -15,13 +15,18 @@ import polars as pl
 from vlbench.atomic import atomic_path, write_text
 from vlbench.metrics.rows import METRIC_COLUMNS, notebook_columns
 
-DIRECTION_LABELS = {"image_to_text": "image→text", "text_to_image": "text→image"}
+DIRECTION_LABELS = {
+    "image_to_text": "image→text",
+    "text_to_image": "text→image",
+    "image_to_image": "image→image",
+}
 
 
 def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
-    """Concatenate per-job metric CSVs in a stable order (chance column kept)."""
+    """Concatenate per-job metric CSVs in a stable order (chance column kept); a column only
+    some files have (few-shot fold statistics) is empty in the others' rows."""
     frames = [pl.read_csv(path) for path in paths]
-    table = pl.concat(frames, how="vertical_relaxed")
+    table = pl.concat(frames, how="diagonal_relaxed")
     return table.sort(["benchmark", "subset", "model", "direction", "metric", "k"])
 
 
