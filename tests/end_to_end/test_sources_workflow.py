@@ -85,6 +85,8 @@ def benchmarks(root: Path) -> dict[str, dict[str, Any]]:
             "text_type": "taxon_com",
             "source": {"path": str(root / "rare"), "columns": {"file": "file_name"}},
             "k": [1, 5],
+            # Two images per class: one-shot only (five-shot needs five per class).
+            "fewshot": {"shots": [1]},
         },
         "inquire-rerank": {
             "protocol": "rerank",
