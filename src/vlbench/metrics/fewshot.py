@@ -20,14 +20,14 @@ file) evaluates a nearest-centroid classifier on a labelled image set:
 
 The reference picks the nearest centroid with `np.argpartition(distance, 1, axis=0)[:1]` and a
 `scipy.stats.mode` over that one neighbour (the mode of one value is that value). On distances
-that are exactly equal, argpartition's choice is unspecified by numpy and differs between its
-scalar introselect (the first class in class order: a selection scan with a strict `<`) and its
-x86-simd-sort paths (AVX-512, and AVX2 in numpy 2); we take the first class in class order and
-count such queries (`n_tied_queries`).
+that are exactly equal, argpartition's choice is unspecified by numpy: its scalar introselect
+keeps the first class in class order (a selection scan with a strict `<`), its x86-simd-sort
+paths may pick another (numpy 2.4 on an AVX2 machine does, from five classes on). We take the
+first class in class order and count such queries (`n_tied_queries`).
 
 Arithmetic: support mean, CL2N and centroids are computed with the reference's own numpy
 operations on float32 rows laid out as the reference stacks them, so they are bitwise the
-reference's. Distances are screened through a float32 matrix product (fast); a query with a
+reference's (on the same numpy). Distances are screened through a float32 matrix product (fast); a query with a
 second centroid within the product's rounding bound of the nearest one (`_screen_margin`) has
 those distances recomputed exactly as the reference computes them (float32 `LA.norm` of the
 difference), so the decision is the reference's.
