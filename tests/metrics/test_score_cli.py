@@ -311,3 +311,22 @@ def test_fewshot_needs_a_group_per_image(tmp_path, capsys) -> None:
     ]
     assert main(args) == 1
     assert "few-shot (--shots) needs a group for every row" in capsys.readouterr().err
+
+
+def test_fewshot_option_defaults_are_the_config_schemas() -> None:
+    from vlbench.cli import build_parser
+    from vlbench.config import validate_config
+
+    config = validate_config(
+        {
+            "models": {"m": {"name": "x"}},
+            "benchmarks": {"b": {"protocol": "zeroshot", "source": {"path": "p"}}},
+        },
+        "config",
+    )
+    args = build_parser().parse_args(
+        ["score", "--protocol", "zeroshot", "--queries", "q", "--query-ids", "i", "--out", "-"]
+    )
+    fewshot = config["benchmarks"]["b"]["fewshot"]
+    assert (args.folds, args.shuffle) == (fewshot["folds"], fewshot["shuffle"])
+    assert args.shots is None  # few-shot only when asked for

@@ -27,10 +27,10 @@ first class in class order and count such queries (`n_tied_queries`).
 
 Arithmetic: support mean, CL2N and centroids are computed with the reference's own numpy
 operations on float32 rows laid out as the reference stacks them, so they are bitwise the
-reference's (on the same numpy). Distances are screened through a float32 matrix product (fast); a query with a
-second centroid within the product's rounding bound of the nearest one (`_screen_margin`) has
-those distances recomputed exactly as the reference computes them (float32 `LA.norm` of the
-difference), so the decision is the reference's.
+reference's (on the same numpy). Distances are screened through a float32 matrix product
+(fast); a query with a second centroid within the product's rounding bound of the nearest one
+(`_screen_margin`) has those distances recomputed exactly as the reference computes them
+(float32 `LA.norm` of the difference), so the decision is the reference's.
 
 Classes with fewer than k images make the reference stop (its support set assert fails):
 `fewshot_folds` raises a one-line error naming the class instead. Classes with at least k but
