@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from vlbench.config import schema_defaults
+from vlbench.config import fewshot_defaults, schema_defaults
 from vlbench.errors import VlbenchError
+from vlbench.metrics.fewshot import SHUFFLES
+from vlbench.metrics.fewshot_job import score_fewshot
 from vlbench.metrics.job import score_ranks, write_csv
 from vlbench.metrics.rows import StatsSettings, per_class_table
 from vlbench.protocols import DIRECTIONS, PROTOCOLS
@@ -183,8 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS))
     score.add_argument("--queries", required=True, help="query embeddings (.npy, rows)")
     score.add_argument("--query-ids", required=True, help="parquet: id[, group] per query row")
-    score.add_argument("--gallery", required=True, help="gallery embeddings (.npy, rows)")
-    score.add_argument("--gallery-ids", required=True, help="parquet: id[, group] per row")
+    score.add_argument(
+        "--gallery", help="gallery embeddings (.npy, rows); may be left out with --shots"
+    )
+    score.add_argument("--gallery-ids", help="parquet: id[, group] per gallery row")
     score.add_argument("--qrels", help="parquet: query_id, item_id[, relevance]")
     score.add_argument("--candidates", help="parquet: query_id, candidate_ids[, candidate_groups]")
     score.add_argument("--k", type=positive_int, nargs="+", default=[1, 5, 10], help="cut-offs")
@@ -206,6 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--seed", type=non_negative_int, default=metrics["seed"])
     score.add_argument("--notebook-columns", action="store_true", help="add BioMedFlickr names")
+    fewshot = fewshot_defaults()
+    score.add_argument(
+        "--shots",
+        type=positive_int,
+        nargs="+",
+        help="also few-shot accuracy (BioCLIP's) of the query images by their group, for these "
+        f"k, in order (the config's default: {' '.join(map(str, fewshot['shots']))})",
+    )
+    score.add_argument(
+        "--folds", type=positive_int, default=fewshot["folds"], help="few-shot folds per k"
+    )
+    score.add_argument("--shuffle", default=fewshot["shuffle"], choices=SHUFFLES)
     score.add_argument(
         "--out", required=True, type=output_file, help="metric CSV to write ('-': stdout)"
     )
@@ -287,29 +303,39 @@ def _write(option: str, path: str, write: Callable[[str], None]) -> None:
         raise VlbenchError(f"{option} {path}: cannot write ({exc.strerror or exc}{where})") from exc
 
 
-def run_score(args: argparse.Namespace) -> int:
-    """Rank, score and write; returns the number of metric rows."""
+def _check_score_inputs(args: argparse.Namespace) -> bool:
+    """Refuse option combinations that cannot run; return whether a gallery is given."""
     for option in ("ranks_out", "outcomes_out", "per_class_out"):
         if getattr(args, option) == STDOUT:
             raise VlbenchError(f"--{option.replace('_', '-')}: only --out can be '-' (stdout)")
-    direction = args.direction or PROTOCOLS[args.protocol].directions[0]
-    queries = read_side(args.queries, args.query_ids, "queries")
+    if args.shots is not None and not PROTOCOLS[args.protocol].fewshot:
+        allowed = ", ".join(name for name, record in PROTOCOLS.items() if record.fewshot)
+        raise VlbenchError(f"--shots: few-shot needs images with classes (protocol {allowed})")
+    if (args.gallery is None) != (args.gallery_ids is None):
+        raise VlbenchError("--gallery and --gallery-ids go together")
+    if args.gallery is None:
+        if args.shots is None:
+            raise VlbenchError(
+                "--gallery and --gallery-ids are required (only --shots runs without them)"
+            )
+        for option in ("ranks_out", "outcomes_out", "per_class_out"):
+            if getattr(args, option):
+                raise VlbenchError(f"--{option.replace('_', '-')} needs --gallery")
+    return args.gallery is not None
+
+
+def _ranked_rows(args: argparse.Namespace, queries: Side, labels: dict[str, str]) -> pl.DataFrame:
+    """Rank the queries against the gallery; write the optional outputs; return metric rows."""
     gallery = read_side(args.gallery, args.gallery_ids, "gallery")
     ranks = rank_protocol(
         args.protocol,
         queries,
         gallery,
-        read_judgements(args.qrels, direction),
-        read_candidate_lists(args.candidates, direction),
+        read_judgements(args.qrels, labels["direction"]),
+        read_candidate_lists(args.candidates, labels["direction"]),
         tie_policy=args.tie_policy,
         block_mb=args.block_mb,
     )
-    labels = {
-        "benchmark": args.benchmark,
-        "subset": args.subset,
-        "model": args.model,
-        "direction": direction,
-    }
     settings = StatsSettings.from_config(
         {
             "confidence": args.confidence,
@@ -320,11 +346,6 @@ def run_score(args: argparse.Namespace) -> int:
     rows, outcomes = score_ranks(
         ranks, args.protocol, args.k, labels, args.tie_policy, settings, args.notebook_columns
     )
-    if args.out == STDOUT:
-        rows.write_csv(sys.stdout)
-        sys.stdout.flush()
-    else:
-        _write("--out", args.out, lambda path: write_csv(rows, path))
     if args.ranks_out:
         _write("--ranks-out", args.ranks_out, ranks.write_parquet)
     if args.outcomes_out:
@@ -333,6 +354,38 @@ def run_score(args: argparse.Namespace) -> int:
         keys = ("benchmark", "subset", "model")
         per_class = per_class_table(ranks, **{k: labels[k] for k in keys})
         _write("--per-class-out", args.per_class_out, lambda path: write_csv(per_class, path))
+    return rows
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Rank, score and write; returns the number of metric rows."""
+    with_gallery = _check_score_inputs(args)
+    labels = {
+        "benchmark": args.benchmark,
+        "subset": args.subset,
+        "model": args.model,
+        "direction": args.direction or PROTOCOLS[args.protocol].directions[0],
+    }
+    queries = read_side(args.queries, args.query_ids, "queries")
+    parts = [_ranked_rows(args, queries, labels)] if with_gallery else []
+    if args.shots is not None:
+        settings = {"shots": args.shots, "folds": args.folds, "shuffle": args.shuffle}
+        keys = ("benchmark", "subset", "model")
+        parts.append(
+            score_fewshot(
+                queries.vectors,
+                list(queries.require_groups("few-shot (--shots)")),
+                settings,
+                {key: labels[key] for key in keys},
+                args.confidence,
+            )
+        )
+    rows = pl.concat(parts, how="diagonal_relaxed")
+    if args.out == STDOUT:
+        rows.write_csv(sys.stdout)
+        sys.stdout.flush()
+    else:
+        _write("--out", args.out, lambda path: write_csv(rows, path))
     return rows.height
 
 

@@ -57,6 +57,12 @@ def schema_defaults(section: str) -> dict[str, Any]:
     return copy.deepcopy(_section_defaults(section))
 
 
+def fewshot_defaults() -> dict[str, Any]:
+    """The schema's defaults of a benchmark's `fewshot` entry (shots, folds, shuffle)."""
+    properties = load_schema()["$defs"]["benchmark"]["properties"]["fewshot"]["properties"]
+    return {key: copy.deepcopy(spec["default"]) for key, spec in properties.items()}
+
+
 def _fill_defaults(validator_class: type) -> type:
     """Extend a jsonschema validator so that validating also inserts `default:` values."""
     validate_properties = validator_class.VALIDATORS["properties"]

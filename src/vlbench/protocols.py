@@ -55,6 +55,10 @@ class Protocol:
             format_name or self.default_format or "", self.directions
         )
 
+    # Images carry their class: few-shot accuracy (BioCLIP's protocol) is computed from the
+    # cached image embeddings (the benchmark's `fewshot` config entry).
+    fewshot: bool = False
+
     @property
     def needs_judgements(self) -> bool:
         """Whether ranking reads the relevance judgements (qrels)."""
@@ -104,6 +108,7 @@ PROTOCOLS: dict[str, Protocol] = {
             ranking="classes",
             metrics="classification",
             per_class=True,
+            fewshot=True,
         ),
         Protocol(
             "rerank",

@@ -88,6 +88,8 @@ def benchmarks(root: Path) -> dict[str, dict[str, Any]]:
                 "columns": {"file": "file_name", "common": "common"},
             },
             "k": [1, 5],
+            # Two images per class: one-shot only (five-shot needs five per class).
+            "fewshot": {"shots": [1]},
         },
         "inquire-rerank": {
             "protocol": "rerank",

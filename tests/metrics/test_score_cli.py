@@ -225,3 +225,108 @@ def test_workflow_qrels_and_candidates_are_read_for_the_scored_direction(tmp_pat
     assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, "--direction", "x")) == 1
     error = capsys.readouterr().err.strip()
     assert "qrels.parquet" in error and "--direction" in error and "\n" not in error
+
+
+def fewshot_images(tmp_path, n_per_class=(7, 9, 6)) -> tuple[np.ndarray, list[str]]:
+    """Labelled image embeddings (interleaved classes) saved as the query side."""
+    rng = np.random.default_rng(6)
+    labels = [f"class{c}" for c, n in enumerate(n_per_class) for _ in range(n)]
+    order = rng.permutation(len(labels))
+    labels = [labels[i] for i in order]
+    centres = rng.normal(size=(len(n_per_class), 8))
+    vectors = np.asarray([centres[int(label[-1])] for label in labels])
+    vectors = (3.0 * vectors + rng.normal(size=vectors.shape)).astype(np.float32)  # not unit
+    save(tmp_path, "queries", vectors, [f"img{i}" for i in range(len(labels))], labels)
+    return vectors, labels
+
+
+def test_fewshot_from_image_embeddings_and_labels_without_a_gallery(tmp_path) -> None:
+    from vlbench.metrics.fewshot import fewshot_folds
+    from vlbench.rank.protocol_ranks import normalise_rows
+
+    vectors, labels = fewshot_images(tmp_path)
+    code = main(
+        [
+            *("score", "--protocol", "zeroshot", "--model", "m", "--benchmark", "b"),
+            *("--queries", str(tmp_path / "queries.npy")),
+            *("--query-ids", str(tmp_path / "queries.ids.parquet")),
+            *("--shots", "1", "5", "--folds", "3", "--out", str(tmp_path / "metrics.csv")),
+        ]
+    )
+    assert code == 0
+    rows = pl.read_csv(tmp_path / "metrics.csv")
+    assert rows["metric"].to_list() == ["fewshot_accuracy"] * 2
+    assert rows["k"].to_list() == [1, 5] and set(rows["direction"]) == {"image_to_image"}
+    expected = fewshot_folds(normalise_rows(vectors), labels, [1, 5], 3)
+    for row, result in zip(rows.iter_rows(named=True), expected, strict=True):
+        assert row["value"] == result.mean * 100
+        assert row["fold_std"] == pytest.approx(result.std * 100, rel=1e-12)
+        assert row["n_queries"] == 22 - 3 * result.shots and row["n_folds"] == 3
+        assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert rows["n_short_classes"].to_list() == [0, 3]  # 7, 9 and 6 images: below 5 + 5
+
+
+def test_fewshot_rows_follow_the_zeroshot_rows(tmp_path) -> None:
+    _, labels = fewshot_images(tmp_path)
+    classes = sorted(set(labels))
+    prompts = np.random.default_rng(0).normal(size=(len(classes), 8)).astype(np.float32)
+    save(tmp_path, "gallery", prompts, [f"p{i}" for i in range(len(classes))], classes)
+    assert main(args_for(tmp_path, "--protocol", "zeroshot", "--shots", "2")) == 0
+    rows = pl.read_csv(tmp_path / "metrics.csv")
+    assert rows["metric"].to_list() == [
+        "zeroshot_top1_accuracy", "zeroshot_top5_accuracy", "balanced_accuracy",
+        "fewshot_accuracy",
+    ]  # fmt: skip
+    assert rows["fold_std"].null_count() == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--protocol", "paired", "--shots", "1"], "--shots: few-shot needs images with classes"),
+        (["--protocol", "zeroshot", "--shots", "7"], "k=7: class 'class2' has only 6 images"),
+        (["--protocol", "zeroshot", "--shots", "1", "1"], "k listed twice"),
+        (["--protocol", "zeroshot"], "--gallery and --gallery-ids are required"),
+    ],
+)
+def test_fewshot_refusals_are_one_line(tmp_path, capsys, extra, message) -> None:
+    fewshot_images(tmp_path)
+    args = [
+        *("score", "--queries", str(tmp_path / "queries.npy")),
+        *("--query-ids", str(tmp_path / "queries.ids.parquet")),
+        *("--out", str(tmp_path / "metrics.csv"), *extra),
+    ]
+    assert main(args) == 1
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_fewshot_needs_a_group_per_image(tmp_path, capsys) -> None:
+    save(tmp_path, "queries", np.eye(4, dtype=np.float32), ["a", "b", "c", "d"])
+    args = [
+        *("score", "--protocol", "zeroshot", "--queries", str(tmp_path / "queries.npy")),
+        *("--query-ids", str(tmp_path / "queries.ids.parquet"), "--shots", "1"),
+        *("--out", str(tmp_path / "metrics.csv")),
+    ]
+    assert main(args) == 1
+    assert "few-shot (--shots) needs a group for every row" in capsys.readouterr().err
+
+
+def test_fewshot_option_defaults_are_the_config_schemas() -> None:
+    from vlbench.cli import build_parser
+    from vlbench.config import validate_config
+
+    config = validate_config(
+        {
+            "models": {"m": {"name": "x"}},
+            "benchmarks": {"b": {"protocol": "zeroshot", "source": {"path": "p"}}},
+        },
+        "config",
+    )
+    args = build_parser().parse_args(
+        ["score", "--protocol", "zeroshot", "--queries", "q", "--query-ids", "i", "--out", "-"]
+    )
+    fewshot = config["benchmarks"]["b"]["fewshot"]
+    assert (args.folds, args.shuffle) == (fewshot["folds"], fewshot["shuffle"])
+    assert args.shots is None  # few-shot only when asked for

@@ -9,12 +9,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from workflow_helpers import validate
 
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction
-from vlbench.workflow.targets import metric_files, metrics_extra_targets
+from vlbench.workflow.targets import fewshot_metric_files, metric_files, metrics_extra_targets
 
 
 def canonical(root: Path, images, texts, qrels, candidates=()) -> Path:
@@ -124,3 +125,26 @@ def test_targets_follow_each_protocols_directions() -> None:
     extra = metrics_extra_targets(config)
     assert "results/metrics/a/zs/per_class.csv" in extra
     assert "results/tables/paired_tests.csv" in extra
+
+
+def test_fewshot_metric_files_for_labelled_images_with_shots_only() -> None:
+    config = validate(
+        {
+            "models": {"a": {"name": "x"}, "b": {"name": "y"}},
+            "benchmarks": {
+                "zs": {"protocol": "zeroshot", "source": {"path": "zs"}},
+                "off": {"protocol": "zeroshot", "source": {"path": "o"}, "fewshot": {"shots": []}},
+                "pp": {"protocol": "paired", "source": {"path": "pp"}},
+            },
+        }
+    )
+    assert config["benchmarks"]["zs"]["fewshot"] == {
+        "shots": [1, 5],
+        "folds": 5,
+        "shuffle": "in_place",
+    }
+    assert fewshot_metric_files(config) == [
+        "results/metrics/a/zs/fewshot.csv",
+        "results/metrics/b/zs/fewshot.csv",
+    ]
+    assert not set(fewshot_metric_files(config)) & set(metric_files(config))

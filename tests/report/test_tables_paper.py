@@ -354,6 +354,7 @@ def test_only_tables_of_configured_benchmarks_are_made() -> None:
         "clip-paper-table13",
         "biocap-table1",
         "bioclip2-zeroshot",
+        "bioclip-fewshot",
     }
 
 
@@ -433,3 +434,39 @@ def test_inquire_supercategories_join_whatever_their_casing() -> None:
     labels = [column.label for column in layout.columns]
     for i, name in enumerate(["Appearance", "Behavior", "Context", "Species"]):
         assert found[("m", labels.index(f"INQUIRE {name}"))]["value"] == 30.0 + i
+
+
+def test_fewshot_table_sets_zero_one_and_five_shot_side_by_side_and_names_flags() -> None:
+    """BioCLIP's layout on Rare Species: published cells from the dataset card, our few-shot
+    rows (image_to_image, k = shots) beside the zero-shot row; a flagged benchmark is noted."""
+    zero = metric_row("bioclip", "rare-species", I2T, 1, 37.5, 1.0, 0.25, ZEROSHOT)
+    one = metric_row("bioclip", "rare-species", "image_to_image", 1, 45.2, 0.8, 0.25)
+    five = metric_row("bioclip", "rare-species", "image_to_image", 5, 64.9, 0.5, 0.25)
+    for row, short in ((one, 0), (five, 3)):
+        row.update(metric="fewshot_accuracy", n_short_classes=short)
+    zero["n_short_classes"] = None
+    table = build_paper_table(
+        LAYOUTS["bioclip-fewshot"],
+        pl.DataFrame([zero, one, five]),
+        read_reference(SHIPPED_REFERENCE),
+        read_map(SHIPPED_MAP),
+        ["rare-species"],
+        tolerance=0.5,
+    )
+    assert table.labels == [
+        "Rare Species zero-shot", "Rare Species one-shot", "Rare Species five-shot",
+    ]  # fmt: skip
+    ours = next(row for row in table.rows if row.model_key == "bioclip")
+    assert [(cell.ours, cell.published) for cell in ours.cells] == [
+        (37.5, 38.09), (45.2, 44.9), (64.9, 65.7),
+    ]  # fmt: skip
+    assert [round(cell.difference, 2) for cell in ours.cells] == [-0.59, 0.3, -0.8]
+    labels = [row.label for row in table.rows]
+    assert "CLIP (ViT-B/16) (published)" in labels and "BioCLIP iNat21 Only (published)" in labels
+    flagged = [note for note in table.notes if note.startswith("Flagged")]
+    assert flagged == [
+        "Flagged: few-shot on rare-species had classes with fewer than k + 5 images (k=5: 3 "
+        "classes); BioCLIP's few_shot.py logs them as not enough for evaluation and keeps them, "
+        "as we do."
+    ]
+    assert "Flagged: few-shot on rare-species" in markdown(table)

@@ -89,13 +89,13 @@ def finished_run(workdir: Path) -> Path:
 _JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
 
 
-def scheduled_jobs(workdir: Path, *extra: str) -> set[str]:
-    """The jobs a dry run schedules, as 'rule' or 'rule[name=value,...]' (wildcards sorted)."""
-    result = run_workflow(workdir, workdir / "config.yaml", "--dry-run", *extra)
+def jobs_in_log(text: str) -> set[str]:
+    """The jobs a Snakemake log lists (a dry run's plan, or the jobs a run started), as 'rule'
+    or 'rule[name=value,...]' (wildcards sorted); the `all` target is left out."""
     jobs: set[str] = set()
     rule = None
     wildcards = ""
-    for line in [*result.stdout.splitlines(), ""]:
+    for line in [*text.splitlines(), ""]:
         stripped = line.strip()
         match = _JOB.match(stripped)
         if match or not stripped:
@@ -107,3 +107,9 @@ def scheduled_jobs(workdir: Path, *extra: str) -> set[str]:
             wildcards = ",".join(pairs)
     jobs.discard("all")
     return jobs
+
+
+def scheduled_jobs(workdir: Path, *extra: str) -> set[str]:
+    """The jobs a dry run schedules, as `jobs_in_log` writes them."""
+    result = run_workflow(workdir, workdir / "config.yaml", "--dry-run", *extra)
+    return jobs_in_log(result.stdout)

@@ -42,7 +42,12 @@ from vlbench.workflow.lockfile import lock_path, read_lock
 from vlbench.workflow.invocation import plans_only
 from vlbench.workflow.pinning import plan_pins
 from vlbench.workflow.preflight import drop_missing, not_run, preflight_rows, render
-from vlbench.workflow.targets import all_targets, metric_files, outcome_files
+from vlbench.workflow.targets import (
+    all_targets,
+    fewshot_metric_files,
+    metric_files,
+    outcome_files,
+)
 from vlbench.warm.client import prewarm
 from vlbench.yaml_files import check_no_duplicate_keys
 
@@ -102,12 +107,13 @@ NOT_RUN = not_run(_preflight)
 BENCHMARKS = sorted(config["benchmarks"])
 PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
 ALL_TARGETS = all_targets(config, PAPER_TABLES)
-METRIC_FILES = metric_files(config)
+# Few-shot metric files are metric files too (the tables read them), but have no outcomes.
+METRIC_FILES = metric_files(config) + fewshot_metric_files(config)
 OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, plan_shards, metrics, per_class, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
+localrules: all, plan_shards, metrics, per_class, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
 
 
 wildcard_constraints:

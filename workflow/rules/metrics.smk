@@ -1,5 +1,5 @@
 # Stages 4 and 5: exact per-query ranks of every relevant item, then metrics per direction,
-# the zero-shot per-class table and paired tests between models.
+# the zero-shot per-class table, few-shot accuracy and paired tests between models.
 
 
 rule rank:
@@ -55,6 +55,29 @@ rule per_class:
         "logs/per_class/{model}/{benchmark}.log",
     script:
         "../../scripts/per_class.py"
+
+
+# Few-shot classification (BioCLIP's protocol) of a zero-shot benchmark, from the image
+# embeddings its zero-shot ranking already reads: no embedding job of its own.
+rule fewshot:
+    input:
+        embeddings="results/embeddings/{model}/{benchmark}/image.npy",
+        ids="results/embeddings/{model}/{benchmark}/image.ids.parquet",
+        images="results/data/{benchmark}/images.parquet",
+        meta="results/data/{benchmark}/benchmark.json",
+    output:
+        metrics="results/metrics/{model}/{benchmark}/fewshot.csv",
+    params:
+        fewshot=lambda wildcards: config["benchmarks"][wildcards.benchmark]["fewshot"],
+        confidence=config["metrics"]["confidence"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/fewshot/{model}/{benchmark}.log",
+    benchmark:
+        "results/timings/fewshot/{model}/{benchmark}.tsv"
+    script:
+        "../../scripts/fewshot.py"
 
 
 rule paired_tests:

@@ -16,6 +16,9 @@ Metric names (the `metric` column of the metric CSVs; `k` is the cut-off or empt
 | `zeroshot_top5_accuracy` | 5 | percent | true class among the top 5 |
 | `balanced_accuracy` | 1 | percent | mean over classes of the per-class top-1 accuracy |
 | `average_precision` | k or empty | percent | INQUIRE's AP@k; empty k = the whole candidate list |
+| `fewshot_accuracy` | shots | percent | BioCLIP's few-shot accuracy, k support images per class |
+
+`fewshot_accuracy` rows come from `vlbench.metrics.fewshot_job`, not from ranks.
 """
 
 from __future__ import annotations

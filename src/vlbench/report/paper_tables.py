@@ -386,8 +386,26 @@ def build_paper_table(
     )
     table.notes.extend(f"Published values: {source}." for source in sources)
     table.notes.extend(_not_run_notes(layout, mapping, not_run or {}))
+    table.notes.extend(short_class_notes(found.values()))
     table.coverage = table_coverage(table, reference, mapping, not_run or {})
     return table
+
+
+def short_class_notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A note naming each benchmark whose few-shot cells had classes with fewer than k + 5
+    images (metric rows with `n_short_classes` > 0): flagged, as BioCLIP logs them."""
+    flagged: dict[str, set[tuple[int, int]]] = {}
+    for row in rows:
+        count = _value(row, "n_short_classes")
+        if count:
+            flagged.setdefault(str(row["benchmark"]), set()).add((int(row["k"]), int(count)))
+    return [
+        f"Flagged: few-shot on {benchmark} had classes with fewer than k + 5 images ("
+        + ", ".join(f"k={k}: {count} classes" for k, count in sorted(counts))
+        + "); BioCLIP's few_shot.py logs them as not enough for evaluation and keeps them, "
+        "as we do."
+        for benchmark, counts in sorted(flagged.items())
+    ]
 
 
 def _not_run_notes(

@@ -13,15 +13,21 @@ from pathlib import Path
 import polars as pl
 
 from vlbench.atomic import atomic_path, write_text
+from vlbench.metrics.fewshot_job import FEWSHOT_METRIC
 from vlbench.metrics.rows import METRIC_COLUMNS, notebook_columns
 
-DIRECTION_LABELS = {"image_to_text": "image→text", "text_to_image": "text→image"}
+DIRECTION_LABELS = {
+    "image_to_text": "image→text",
+    "text_to_image": "text→image",
+    "image_to_image": "image→image",
+}
 
 
 def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
-    """Concatenate per-job metric CSVs in a stable order (chance column kept)."""
+    """Concatenate per-job metric CSVs in a stable order (chance column kept); a column only
+    some files have (few-shot fold statistics) is empty in the others' rows."""
     frames = [pl.read_csv(path) for path in paths]
-    table = pl.concat(frames, how="vertical_relaxed")
+    table = pl.concat(frames, how="diagonal_relaxed")
     return table.sort(["benchmark", "subset", "model", "direction", "metric", "k"])
 
 
@@ -68,6 +74,18 @@ BENCHMARK_LEGEND = (
 )
 
 
+FEWSHOT_LEGEND = (
+    "Few-shot rows (image→image fewshot_accuracy@k, k support images per class): the mean "
+    "accuracy over the folds; their brackets hold the t-interval over the folds."
+)
+
+
+def benchmark_legend(table: pl.DataFrame, benchmark: str) -> str:
+    """The legend of a benchmark's table (with the few-shot sentence when it has such rows)."""
+    rows = table.filter((pl.col("benchmark") == benchmark) & (pl.col("metric") == FEWSHOT_METRIC))
+    return f"{BENCHMARK_LEGEND} {FEWSHOT_LEGEND}" if rows.height else BENCHMARK_LEGEND
+
+
 def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a benchmark table: models x (subset, direction, metric, k), chance row."""
     rows = table.filter(pl.col("benchmark") == benchmark)
@@ -99,7 +117,7 @@ def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list
 def markdown_table(table: pl.DataFrame, benchmark: str) -> str:
     """A benchmark's metrics as Markdown: models as rows, 95% CI in brackets, chance as last row."""
     header, grid = benchmark_grid(table, benchmark)
-    lines = [f"# {benchmark}", "", BENCHMARK_LEGEND, ""]
+    lines = [f"# {benchmark}", "", benchmark_legend(table, benchmark), ""]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |")
     lines += ["| " + " | ".join(cells) + " |" for cells in grid]
@@ -119,7 +137,7 @@ def html_table(table: pl.DataFrame, benchmark: str) -> str:
         f"<title>{html.escape(benchmark)}</title><style>body{{font-family:sans-serif}}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
         "text-align:right}td:first-child{text-align:left}</style></head><body>"
-        f"<h2>{html.escape(benchmark)}</h2><p>{html.escape(BENCHMARK_LEGEND)}</p>"
+        f"<h2>{html.escape(benchmark)}</h2><p>{html.escape(benchmark_legend(table, benchmark))}</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n"
     )
 

@@ -24,6 +24,18 @@ def metric_files(config: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def fewshot_metric_files(config: Mapping[str, Any]) -> list[str]:
+    """The few-shot metric CSV of every model x benchmark whose protocol has labelled images
+    and whose `fewshot.shots` list is not empty (computed from the cached image embeddings)."""
+    return [
+        f"results/metrics/{model}/{benchmark}/fewshot.csv"
+        for model in sorted(config["models"])
+        for benchmark in sorted(config["benchmarks"])
+        if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].fewshot
+        and config["benchmarks"][benchmark]["fewshot"]["shots"]
+    ]
+
+
 def outcome_files(config: Mapping[str, Any]) -> list[str]:
     """The per-query outcome parquet files behind every metric CSV."""
     return [path.removesuffix(".csv") + ".outcomes.parquet" for path in metric_files(config)]

@@ -1,0 +1,160 @@
+"""One few-shot metrics job: a benchmark's cached image embeddings and classes -> metric rows.
+
+The rows have the metric files' long format (`vlbench.metrics.rows.METRIC_COLUMNS`) so that the
+tables job reads them with every other metric file: metric `fewshot_accuracy`, `k` = shots per
+class, direction `image_to_image` (image queries against centroids of support images), `value`
+the mean accuracy over the folds (percent), `ci_low`/`ci_high` the Student t-interval over the
+fold accuracies, `n_queries` the queries of one fold. Extra columns: `fold_std` (standard
+deviation over folds, ddof = 0, as BioCLIP logs it), `n_folds`, `fold_values` (each fold's
+accuracy), `n_classes`, `n_short_classes` (classes with fewer than k + 5 images, which BioCLIP
+logs as "not enough for evaluation" and keeps), `chance` (100 / classes), `n_tied_queries`
+(queries decided by an exact distance tie, summed over folds) and `tie_policy`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from vlbench.errors import VlbenchError
+from vlbench.metrics.fewshot import SHORT_MARGIN, FewShotResult, fewshot_folds
+from vlbench.metrics.job import write_csv
+from vlbench.metrics.rows import METRIC_COLUMNS
+from vlbench.metrics.statistics import indistinguishable_from_chance, t_interval
+from vlbench.rank.protocol_ranks import normalise_rows
+
+FEWSHOT_METRIC = "fewshot_accuracy"
+FEWSHOT_DIRECTION = "image_to_image"
+FEWSHOT_TIE_POLICY = "first_class"
+FEWSHOT_COLUMNS = [
+    *METRIC_COLUMNS,
+    "unit",
+    "chance",
+    "chance_flag",
+    "n_tied_queries",
+    "tie_policy",
+    "fold_std",
+    "n_folds",
+    "fold_values",
+    "n_classes",
+    "n_short_classes",
+]
+
+
+def fewshot_rows(
+    results: Sequence[FewShotResult], labels: Mapping[str, str], confidence: float
+) -> pl.DataFrame:
+    """One metric row per k; `labels` holds benchmark, subset and model."""
+    rows = []
+    for result in results:
+        folds = 100.0 * np.asarray(result.fold_accuracies)
+        ci_low, ci_high = t_interval(folds, confidence)
+        chance = 100.0 / result.n_classes
+        rows.append(
+            {
+                **labels,
+                "direction": FEWSHOT_DIRECTION,
+                "metric": FEWSHOT_METRIC,
+                "k": result.shots,
+                "value": result.mean * 100,
+                "ci_low": ci_low,
+                "ci_high": ci_high,
+                "n_queries": result.n_queries,
+                "unit": "percent",
+                "chance": chance,
+                "chance_flag": indistinguishable_from_chance(ci_low, ci_high, chance),
+                "n_tied_queries": result.n_tied_queries,
+                "tie_policy": FEWSHOT_TIE_POLICY,
+                "fold_std": result.std * 100,
+                "n_folds": len(folds),
+                "fold_values": ";".join(f"{value:.6f}" for value in folds),
+                "n_classes": result.n_classes,
+                "n_short_classes": len(result.short_classes),
+            }
+        )
+    schema = {"k": pl.Int64, "chance_flag": pl.Boolean, "fold_values": pl.String}
+    return pl.DataFrame(rows, schema_overrides=schema).select(FEWSHOT_COLUMNS)
+
+
+def log_short_classes(results: Sequence[FewShotResult], log: logging.Logger) -> None:
+    """Name the classes the reference logs as not enough for evaluation, per k."""
+    for result in results:
+        if result.short_classes:
+            log.info(
+                "k=%d: %d classes with fewer than %d images (kept, as BioCLIP does): %s",
+                result.shots,
+                len(result.short_classes),
+                result.shots + SHORT_MARGIN,
+                ", ".join(result.short_classes),
+            )
+
+
+def classes_in_file_order(
+    images_path: str | Path, matrix: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """The embedding rows reordered to the prepared images file's row order (the source's
+    sample order), with each image's class."""
+    table = pq.read_table(images_path, columns=["image_id", "group"])
+    file_ids = table.column("image_id").to_pylist()
+    groups = table.column("group").to_pylist()
+    position = {item: row for row, item in enumerate(ids.tolist())}
+    in_file = set(file_ids)
+    unmatched = [item for item in file_ids if item not in position]
+    unmatched += [item for item in ids.tolist() if item not in in_file]
+    if unmatched:
+        raise VlbenchError(
+            f"{images_path}: image {unmatched[0]!r} is in only one of the images file and its "
+            "embeddings (rerun the gather job)"
+        )
+    unlabelled = [item for item, group in zip(file_ids, groups, strict=True) if group is None]
+    if unlabelled:
+        raise VlbenchError(f"{images_path}: image {unlabelled[0]!r} has no class (group)")
+    order = np.fromiter((position[item] for item in file_ids), dtype=np.int64)
+    return matrix[order], [str(group) for group in groups]
+
+
+def score_fewshot(
+    vectors: np.ndarray,
+    classes: Sequence[str],
+    settings: Mapping[str, Any],
+    labels: Mapping[str, str],
+    confidence: float,
+    log: logging.Logger | None = None,
+) -> pl.DataFrame:
+    """Few-shot rows of image embeddings in sample order; `settings` is a benchmark's
+    `fewshot` config entry (shots, folds, shuffle)."""
+    try:
+        results = fewshot_folds(
+            normalise_rows(vectors),
+            classes,
+            list(settings["shots"]),
+            int(settings["folds"]),
+            settings["shuffle"],
+        )
+    except VlbenchError as error:
+        raise VlbenchError(f"{labels['benchmark']}: {error}") from None
+    if log is not None:
+        log_short_classes(results, log)
+    return fewshot_rows(results, labels, confidence)
+
+
+def write_fewshot(
+    embeddings: tuple[np.ndarray, np.ndarray],
+    images_path: str | Path,
+    settings: Mapping[str, Any],
+    labels: Mapping[str, str],
+    confidence: float,
+    out_path: str | Path,
+    log: logging.Logger | None = None,
+) -> int:
+    """Write a benchmark's few-shot metric CSV from its (matrix, ids); return the row count."""
+    vectors, classes = classes_in_file_order(images_path, *embeddings)
+    rows = score_fewshot(vectors, classes, settings, labels, confidence, log)
+    write_csv(rows, out_path)
+    return rows.height

@@ -1,0 +1,57 @@
+"""The long tables collect few-shot rows beside the ranked metrics' rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from vlbench.metrics.fewshot import FewShotResult
+from vlbench.metrics.fewshot_job import fewshot_rows
+from vlbench.metrics.job import write_csv
+from vlbench.metrics.rows import EXTRA_COLUMNS, METRIC_COLUMNS
+from vlbench.report.tables import FEWSHOT_LEGEND, read_full_metrics, write_tables
+
+LABELS = {"benchmark": "rare", "subset": "test", "model": "m"}
+
+
+def test_fewshot_rows_join_the_tables_with_their_own_columns(tmp_path: Path) -> None:
+    zeroshot = pl.DataFrame(
+        [
+            {
+                **LABELS,
+                "direction": "image_to_text",
+                "metric": "zeroshot_top1_accuracy",
+                "k": 1,
+                "value": 40.0,
+                "ci_low": 35.0,
+                "ci_high": 45.0,
+                "n_queries": 100,
+                "unit": "percent",
+                "chance": 25.0,
+                "chance_flag": False,
+                "boot_low": 36.0,
+                "boot_high": 44.0,
+                "n_tied_queries": 0,
+                "tie_policy": "index",
+            }
+        ]
+    ).select(METRIC_COLUMNS + EXTRA_COLUMNS)
+    results = [FewShotResult(1, (0.5, 0.25, 0.75), 96, 4, 2, ("a",))]
+    write_csv(zeroshot, tmp_path / "image_to_text.csv")
+    write_csv(fewshot_rows(results, LABELS, 0.95), tmp_path / "fewshot.csv")
+    write_tables(
+        [tmp_path / "image_to_text.csv", tmp_path / "fewshot.csv"],
+        tmp_path / "metrics.csv",
+        tmp_path,
+        full_csv=tmp_path / "metrics_full.csv",
+    )
+    assert pl.read_csv(tmp_path / "metrics.csv").columns == METRIC_COLUMNS
+    full = read_full_metrics(tmp_path / "metrics_full.csv").sort("metric")
+    assert full["metric"].to_list() == ["fewshot_accuracy", "zeroshot_top1_accuracy"]
+    assert full["value"].to_list() == [50.0, 40.0]
+    assert full["fold_std"][0] > 0 and full["fold_std"][1] is None
+    assert full["boot_low"].to_list() == [None, 36.0]
+    assert full["n_short_classes"].to_list() == [1, None]
+    markdown = (tmp_path / "rare.md").read_text(encoding="utf-8")
+    assert FEWSHOT_LEGEND in markdown and "image→image fewshot_accuracy@1" in markdown
