@@ -35,18 +35,30 @@ def nabirds_path(image_id: str, class_id: int) -> str:
     return f"{class_id:04d}/{image_id.replace('-', '')}{suffix}"
 
 
-def write_nabirds(root: Path) -> Path:
+def nabirds_images(per_class: int = 1) -> list[tuple[str, int, str, int]]:
+    """NABIRDS, with `per_class - 1` more images (made-up UUIDs) of each of its classes."""
+    extra = [
+        (f"{class_id:08x}-{k:04x}-4000-8000-00000000{number:04x}", class_id, name, k % 2)
+        for number, (_, class_id, name, _) in enumerate(NABIRDS)
+        for k in range(1, per_class)
+    ]
+    return NABIRDS + extra
+
+
+def write_nabirds(root: Path, per_class: int = 1) -> Path:
+    """The NABirds release layout (above), `per_class` images of each of NABIRDS' classes."""
     src = root / "nabirds"
-    for number, (image_id, class_id, _, _) in enumerate(NABIRDS):
+    images = nabirds_images(per_class)
+    for number, (image_id, class_id, _, _) in enumerate(images):
         file = src / "images" / nabirds_path(image_id, class_id)
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_bytes(image_bytes(number))
     classes = NABIRDS_PARENTS + [(class_id, name) for _, class_id, name, _ in NABIRDS]
     files = {
-        "images.txt": [f"{i} {nabirds_path(i, c)}" for i, c, _, _ in NABIRDS],
+        "images.txt": [f"{i} {nabirds_path(i, c)}" for i, c, _, _ in images],
         "classes.txt": [f"{class_id} {name}" for class_id, name in classes],
-        "image_class_labels.txt": [f"{i} {c}" for i, c, _, _ in NABIRDS],
-        "train_test_split.txt": [f"{i} {train}" for i, _, _, train in NABIRDS],
+        "image_class_labels.txt": [f"{i} {c}" for i, c, _, _ in images],
+        "train_test_split.txt": [f"{i} {train}" for i, _, _, train in images],
     }
     for name, lines in files.items():
         (src / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -70,16 +82,24 @@ def write_meta_album(
     root: Path,
     columns: tuple[str, ...] = ("FILE_NAME", "CATEGORY"),
     name: str = "FNG_Mini",
+    per_class: int = 2,
 ) -> Path:
-    """One Meta-Album Mini set as released (labels.csv, info.json, flat images/)."""
+    """One Meta-Album Mini set as released (labels.csv, info.json, flat images/); FUNGI's
+    rows, then `per_class - 2` more images (made-up file names) of each of its categories."""
     src = root / name
     (src / "images").mkdir(parents=True)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*columns, "SUPER_CATEGORY"])
-    for number, (name, category) in enumerate(FUNGI):
-        writer.writerow([name, unicodedata.normalize("NFC", category), ""])
-        (src / "images" / name).write_bytes(image_bytes(10 + number))
+    categories = list(dict.fromkeys(category for _, category in FUNGI))
+    extra = [
+        (f"{3000000000 + 100 * c + k}-{k}.JPG", category)
+        for c, category in enumerate(categories)
+        for k in range(per_class - 2)
+    ]
+    for number, (file_name, category) in enumerate(FUNGI + extra):
+        writer.writerow([file_name, unicodedata.normalize("NFC", category), ""])
+        (src / "images" / file_name).write_bytes(image_bytes(10 + number))
     (src / "labels.csv").write_text(buffer.getvalue(), encoding="utf-8")
     info = {
         "dataset_name": name,

@@ -4,14 +4,20 @@ What stays as shipped: every model key, every benchmark key and all of its optio
 source repository and revision, format, subset, files, columns, text type, k, ...), data_root's
 relative paths and the reference map. What changes, and why:
 
-- each model becomes a tiny open_clip architecture with seeded random weights (hub weights cannot
-  be downloaded here, and the big architectures would take minutes per image on 2 cores);
+- each model becomes a tiny open_clip architecture whose seeded random weights the test saves as
+  a local checkpoint in open_clip's format (hub weights cannot be downloaded here, and the big
+  architectures would take minutes per image on 2 cores);
 - every hub repository is served by a loopback hub on 127.0.0.1 at the commit the config pins
   (or, unpinned, pinned on first use into the config's lock file as a user's first run does),
   holding a miniature in the repository's real layout (tests/support/fixtures_sources.py);
 - every folder under `data_root` is made by `vlbench import` from a miniature in its
   publisher's layout (tests/support/fixtures_publishers.py), or written in the Karpathy layout;
-- `expected` row counts are dropped: they are the full datasets' counts.
+- `expected` row counts are dropped: they are the full datasets' counts;
+- the run asks for the paper tables and their coverage (every job they need), not for the
+  per-benchmark plots, provenance pages and examples, which the demo's run covers.
+
+Zero-shot miniatures hold six images per class: few-shot accuracy (on by default for every
+zero-shot benchmark, k = 1 and 5) needs k images per class and at least one left to query.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from fixtures_sources import (
     write_wds_repo,
 )
 from loopback_hub import LoopbackHub, client_environment
-from workflow_helpers import REPO, SNAKEFILE, tiny_model
+from workflow_helpers import REPO, SNAKEFILE, TINY_MODEL_CONFIG
 
 from vlbench.data.importers.biocap_retrieval import import_retrieval
 from vlbench.data.importers.meta_album import import_meta_album
@@ -62,8 +68,8 @@ HUB_FIXTURES: dict[str, Callable[[Path], object]] = {
     "Alejandro98/BioMedFlickr": lambda root: write_synthetic_biomedflickr(root, 12, 3),
     "myang333/BioVITAI2TRetrieval": lambda root: write_biovita_repo(root, n_queries=6),
     "myang333/BioVITAT2IRetrieval": lambda root: write_biovita_t2i_repo(root, n_queries=6),
-    "imageomics/rare-species": lambda root: write_rare_species_repo(root, per_class=2),
-    "imageomics/IDLE-OO-Camera-Traps": lambda root: write_idle_oo_repo(root, per_class=1),
+    "imageomics/rare-species": lambda root: write_rare_species_repo(root, per_class=6),
+    "imageomics/IDLE-OO-Camera-Traps": lambda root: write_idle_oo_repo(root, per_class=6),
     # One query per supercategory, so every INQUIRE column of BioCAP Table 2 has a value.
     "evendrow/INQUIRE-Rerank": lambda root: write_inquire_repo(root, n_queries=4, per_query=6),
     "nlphuji/flickr_1k_test_image_text_retrieval": lambda root: write_nlphuji_repo(root, 4),
@@ -75,7 +81,7 @@ HUB_FIXTURES: dict[str, Callable[[Path], object]] = {
 
 def _meta_album(code: str) -> Callable[[Path, Path], object]:
     def build(scratch: Path, dest: Path) -> object:
-        return import_meta_album(write_meta_album(scratch, name=f"{code}_Mini"), dest)
+        return import_meta_album(write_meta_album(scratch, name=f"{code}_Mini", per_class=6), dest)
 
     return build
 
@@ -93,7 +99,7 @@ def _biocap_retrieval(name: str, csv_name: str, items: list) -> Callable[[Path, 
 # Folder under data_root (as the shipped configs name it) -> how it is made from the
 # publisher's layout (scratch folder, destination).
 LOCAL_FIXTURES: dict[str, Callable[[Path, Path], object]] = {
-    "nabirds": lambda scratch, dest: import_nabirds(write_nabirds(scratch), dest),
+    "nabirds": lambda scratch, dest: import_nabirds(write_nabirds(scratch, per_class=6), dest),
     **{
         f"meta-album/{code}": _meta_album(code)
         for code in ("PLK", "INS", "INS_2", "PLT_NET", "FNG", "PLT_VIL", "MED_LF")
@@ -108,6 +114,8 @@ LOCAL_FIXTURES: dict[str, Callable[[Path, Path], object]] = {
     ),
 }
 DATA_ROOT_PREFIX = "{data_root}/"
+# What a run of a shipped config is asked for: the paper tables and their coverage lines.
+TARGETS = ("results/tables/coverage.md", "results/tables/metrics.csv")
 
 
 def shipped(name: str) -> dict[str, Any]:
@@ -115,11 +123,29 @@ def shipped(name: str) -> dict[str, Any]:
     return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
 
 
-def as_tested(config: dict[str, Any]) -> dict[str, Any]:
-    """The shipped config with tiny seeded models under the same keys and no `expected` counts;
-    a model file named relative to the checkout (the demo's) resolves against it."""
+def tiny_checkpoints(keys: list[str], folder: Path) -> dict[str, dict[str, Any]]:
+    """A tiny open_clip model spec per key, each with its own seeded checkpoint file."""
+    from vlbench.embedding.models import write_random_checkpoint
+
+    specs = {}
+    for seed, key in enumerate(keys):
+        path = folder / f"{key}.pt"
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            write_random_checkpoint("vlbench-tiny", str(TINY_MODEL_CONFIG), seed, path)
+        specs[key] = {
+            "name": "vlbench-tiny",
+            "model_config": str(TINY_MODEL_CONFIG),
+            "pretrained": str(path),
+        }
+    return specs
+
+
+def as_tested(config: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
+    """The shipped config with tiny seeded checkpoints under the same model keys and no
+    `expected` counts."""
     tested = dict(config)
-    tested["models"] = {key: tiny_model(seed) for seed, key in enumerate(config["models"])}
+    tested["models"] = tiny_checkpoints(list(config["models"]), checkpoints)
     tested["benchmarks"] = {
         key: {**spec, "source": {k: v for k, v in spec["source"].items() if k != "expected"}}
         for key, spec in config["benchmarks"].items()
@@ -172,11 +198,12 @@ def run_shipped(
     publish(hub, config, scratch)
     make_data_root(config, scratch / "data", scratch)
     configfile = workdir / f"{name}.yaml"
-    configfile.write_text(yaml.safe_dump(as_tested(config), sort_keys=False), encoding="utf-8")
+    tested = as_tested(config, scratch / "checkpoints")
+    configfile.write_text(yaml.safe_dump(tested, sort_keys=False), encoding="utf-8")
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
         "--directory", str(workdir), "--configfile", str(configfile),
-        "--config", f"data_root={scratch / 'data'}", "--cores", "2", *extra,
+        "--config", f"data_root={scratch / 'data'}", "--cores", "2", *(extra or TARGETS),
     ]  # fmt: skip
     env = {**os.environ, **client_environment(hub, workdir / "hf-home")}
     return subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
@@ -187,7 +214,7 @@ TABLES = {
     "config": {"biomedflickr"},
     "biomedflickr": {"biomedflickr"},
     "biovita": {"biovita-unseen"},
-    "biocap": {"biocap-table1", "biocap-table2", "bioclip2-zeroshot"},
+    "biocap": {"biocap-table1", "biocap-table2", "bioclip2-zeroshot", "bioclip-fewshot"},
     "retrieval-classic": {"openclip-retrieval", "clip-paper-table13"},
 }
 

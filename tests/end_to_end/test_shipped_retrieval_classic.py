@@ -1,0 +1,53 @@
+"""config/retrieval-classic.yaml run as shipped on miniatures of its sources in their real
+layouts (the nlphuji CSV + zip and clip-benchmark webdataset repositories at their pinned
+commits, Karpathy JSON folders under data_root): open_clip's and the CLIP paper's Flickr30k /
+COCO tables are filled for every configured model."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+from loopback_hub import LoopbackHub
+from shipped_configs import TABLES, paper_tables, run_shipped, shipped, table_rows
+
+NAME = "retrieval-classic"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    hub = LoopbackHub()
+    try:
+        workdir = tmp_path_factory.mktemp(NAME)
+        return workdir, run_shipped(NAME, workdir, hub)
+    finally:
+        hub.stop()
+
+
+def test_every_cell_of_every_configured_model_is_filled(run) -> None:
+    workdir, result = run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    tables = paper_tables(workdir)
+    assert set(tables) == TABLES[NAME]
+    models = set(shipped(NAME)["models"])
+    for table, coverage in tables.items():
+        assert coverage["our_cells"] > 0 and coverage["our_filled"] == coverage["our_cells"], table
+        keys = {row["model_key"] for row in table_rows(workdir, table) if row["model_key"]}
+        assert keys == models, table
+        assert set(coverage["reasons"]) <= {"not reproducible"}, coverage["line"]
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "images"),
+    [("flickr30k-1k", 4), ("coco-5k", 4), ("flickr30k-1k-wds", 4), ("coco-5k-wds", 4),
+     ("flickr30k-full", 3), ("coco-full", 3)],
+)  # fmt: skip
+def test_each_layout_counts_its_queries(run, benchmark: str, images: int) -> None:
+    """Image queries are the (test) images; every image has five captions, each a text query."""
+    workdir, _ = run
+    table = pl.read_csv(workdir / "results" / "tables" / "metrics_full.csv")
+    recall = table.filter((pl.col("benchmark") == benchmark) & (pl.col("metric") == "recall"))
+    counts = dict(recall.group_by("direction").agg(pl.col("n_queries").max()).iter_rows())
+    assert counts == {"image_to_text": images, "text_to_image": 5 * images}
