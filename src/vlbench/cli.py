@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from vlbench.atomic import is_no_space, no_space_error
 from vlbench.config import schema_defaults
 from vlbench.errors import VlbenchError
 from vlbench.metrics.job import score_ranks, write_csv
@@ -242,7 +243,11 @@ def _write(option: str, path: str, write: Callable[[str], None]) -> None:
     """Write one output, turning an OS error into a one-line error naming the option."""
     try:
         write(path)
-    except OSError as exc:
+    except Exception as exc:
+        if is_no_space(exc):
+            raise no_space_error(f"{option} {path}", None, exc) from exc
+        if not isinstance(exc, OSError):
+            raise
         where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
         raise VlbenchError(f"{option} {path}: cannot write ({exc.strerror or exc}{where})") from exc
 
