@@ -236,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("config", help="the config file (YAML)")
     check.add_argument("--data-root", help="override the config's data_root")
+    check.add_argument(
+        "--config",
+        dest="overrides",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="settings for this run, as snakemake --config (dotted keys set nested ones)",
+    )
     return parser
 
 
@@ -311,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "preflight":
         from vlbench.workflow.preflight_command import run_preflight
 
-        return run_preflight(args.config, args.data_root)
+        return run_preflight(args.config, args.data_root, args.overrides)
     try:
         rows = run_score(args)
     except VlbenchError as error:
