@@ -46,14 +46,36 @@ def _read_parquet(path: str | Path, what: str, required: Sequence[str]) -> pl.Da
     return table
 
 
-def read_side(npy: str, ids_path: str, name: str) -> Side:
-    """Vectors from a .npy matrix plus ids (and optional groups) from a parquet file."""
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_matrix(npy: str, name: str) -> np.ndarray:
+    """A numeric .npy matrix, read without pickle; other files are one-line errors."""
     try:
-        vectors = np.load(npy, allow_pickle=False)
+        with open(npy, "rb") as handle:
+            head = handle.read(len(NPY_MAGIC))
     except FileNotFoundError as exc:
         raise VlbenchError(f"{name}: file not found: {npy}") from exc
+    except OSError as exc:
+        raise VlbenchError(f"{name}: cannot read {npy} ({exc.strerror or exc})") from exc
+    if head != NPY_MAGIC:
+        what = "an .npz archive" if head.startswith(b"PK") else f"it starts with {head!r}"
+        raise VlbenchError(
+            f"{name}: {npy} is not a .npy file ({what}); save one matrix with numpy.save"
+        )
+    try:
+        return np.load(npy, allow_pickle=False)
     except ValueError as exc:
+        if "Object arrays" in str(exc):
+            raise VlbenchError(
+                f"{name}: {npy} holds Python objects (dtype object), not numbers"
+            ) from exc
         raise VlbenchError(f"{name}: {npy} is not a plain .npy matrix ({exc})") from exc
+
+
+def read_side(npy: str, ids_path: str, name: str) -> Side:
+    """Vectors from a .npy matrix plus ids (and optional groups) from a parquet file."""
+    vectors = read_matrix(npy, name)
     if vectors.ndim != 2:
         raise VlbenchError(f"{npy}: expected a 2-D matrix, got shape {vectors.shape}")
     if np.iscomplexobj(vectors):
@@ -72,7 +94,7 @@ def read_side(npy: str, ids_path: str, name: str) -> Side:
     )
     if len(ids) != len(vectors):
         raise VlbenchError(f"{npy}: {len(vectors)} rows but {ids_path} has {len(ids)} ids")
-    return Side(normalise_rows(vectors), ids, groups, name=name)
+    return Side(normalise_rows(vectors, npy, ids), ids, groups, name=name)
 
 
 def read_judgements(path: str | None, direction: str | None = None) -> pl.DataFrame | None:
@@ -104,11 +126,28 @@ def read_judgements(path: str | None, direction: str | None = None) -> pl.DataFr
         )
     if "relevance" not in table.columns:
         table = table.with_columns(pl.lit(1).alias("relevance"))
+    check_relevance(table, path)
     return table.select(
         pl.col("query_id").cast(pl.String),
         pl.col("item_id").cast(pl.String),
         pl.col("relevance").cast(pl.Int64),
     )
+
+
+def check_relevance(table: pl.DataFrame, path: str) -> None:
+    """Relevance is 0 (judged not relevant) or a positive whole grade, never negative or empty."""
+    relevance = table["relevance"]
+    if not relevance.dtype.is_numeric():
+        raise VlbenchError(f"{path}: column 'relevance' holds {relevance.dtype}, not numbers")
+    values = relevance.cast(pl.Float64)
+    bad = values.is_null() | ~values.is_finite() | (values < 0) | (values != values.floor())
+    rows = bad.fill_null(True).arg_true()
+    if len(rows):
+        row = int(rows[0])
+        raise VlbenchError(
+            f"{path}: row {row}: relevance {values[row]} of query {table['query_id'][row]!r} and "
+            f"item {table['item_id'][row]!r} must be 0 (not relevant) or a positive whole grade"
+        )
 
 
 def read_candidate_lists(path: str | None, direction: str | None = None) -> pl.DataFrame | None:

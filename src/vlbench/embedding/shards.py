@@ -32,7 +32,7 @@ from vlbench.embedding.loader import (
     read_column_range,
     stream_image_chunks,
 )
-from vlbench.embedding.models import EmbeddingModel
+from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
 from vlbench.embedding.shard_files import (
     STORAGE_DTYPES,
@@ -230,7 +230,11 @@ def encode_distinct_texts(
     distinct = list(first)
     encoded = []
     for begin in range(0, len(distinct), batch_size):
-        encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        try:
+            encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        except BadEmbeddings as error:  # name the texts' first rows, not the distinct batch's
+            first_rows = [texts.index(distinct[begin + row]) for row in error.rows]
+            raise BadEmbeddings(first_rows, error.reason) from error
         progress(min(batch_size, len(distinct) - begin))
     progress(len(texts) - len(distinct))  # the copies, given their rows without encoding
     return np.concatenate(encoded)[rows], len(distinct)
@@ -251,6 +255,46 @@ def embed_rows(
     if len(ids) != stop - start:
         raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
     chunks: list[np.ndarray] = []
+    try:
+        _embed_into(model, modality, source, start, stop, settings, stats, chunks)
+    except BadEmbeddings as error:
+        done = sum(len(chunk) for chunk in chunks) if modality == "image" else 0
+        raise _named(error, model, modality, source, ids, start, done) from error
+    matrix = np.concatenate(chunks)
+    if len(matrix) != len(ids):
+        raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
+    return ids, matrix
+
+
+def _named(
+    error: BadEmbeddings,
+    model: EmbeddingModel,
+    modality: str,
+    source: Path,
+    ids: Sequence[str],
+    start: int,
+    offset: int,
+) -> VlbenchError:
+    """The error of a batch with rows that cannot be normalised, naming model, file and items."""
+    shown = ", ".join(
+        f"{ids[offset + row]!r} (row {start + offset + row})" for row in error.rows[:3]
+    )
+    more = f" and {len(error.rows) - 3} more" if len(error.rows) > 3 else ""
+    label = model.source.get("name") or model.source.get("adapter", "?")
+    return VlbenchError(f"model {label}: {source}: {modality} {shown}{more}: {error.reason}")
+
+
+def _embed_into(
+    model: EmbeddingModel,
+    modality: str,
+    source: Path,
+    start: int,
+    stop: int,
+    settings: EmbedSettings,
+    stats: dict[str, Any],
+    chunks: list[np.ndarray],
+) -> None:
+    """Append the embeddings of rows [start, stop) to `chunks`, batch by batch."""
     with tqdm(
         total=stop - start,
         desc=f"embed {modality}s {start}-{stop}",
@@ -269,10 +313,6 @@ def embed_rows(
             )
             stats["distinct_texts"] = distinct
             chunks.append(matrix)
-    matrix = np.concatenate(chunks)
-    if len(matrix) != len(ids):
-        raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
-    return ids, matrix
 
 
 def embed_shard(
