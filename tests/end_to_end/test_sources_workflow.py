@@ -166,9 +166,7 @@ def test_every_source_reaches_the_metrics_table(finished: Path) -> None:
 
 
 @pytest.mark.parametrize("missing", ["annotations", "images"])
-def test_missing_user_files_warn_at_plan_time_and_fail_the_job(
-    tmp_path: Path, missing: str
-) -> None:
+def test_missing_user_files_are_refused_at_plan_time(tmp_path: Path, missing: str) -> None:
     write_annotation_pairs(tmp_path / "cornell", n=4)
     source = {
         "path": str(tmp_path / "cornell"),
@@ -182,8 +180,11 @@ def test_missing_user_files_warn_at_plan_time_and_fail_the_job(
         "benchmarks": {"cornell": {"protocol": "paired", "source": source}},
     }
     configfile = write_config(tmp_path, config)
-    plan = run_workflow(tmp_path, configfile, "-n")
-    assert f"benchmarks.cornell.source.{missing}: not found" in plan.stdout + plan.stderr
-    result = run_workflow(tmp_path, configfile, "results/data/cornell/images.parquet", check=False)
-    assert result.returncode != 0
-    assert "not-there" in result.stdout + result.stderr
+    plan = run_workflow(tmp_path, configfile, "-n", check=False)
+    assert plan.returncode != 0
+    path = tmp_path / "cornell" / f"not-there-{missing}"
+    assert (
+        f"nothing to run: every benchmark misses its local data: benchmark cornell: "
+        f"benchmarks.cornell.source.{missing}: not found: {path}"
+    ) in plan.stdout + plan.stderr
+    assert not (tmp_path / "logs").exists()  # no job was planned to fail on it

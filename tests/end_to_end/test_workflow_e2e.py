@@ -113,6 +113,9 @@ def jobs_in_dry_run(output: str) -> list[tuple[str, dict[str, str]]]:
 def test_adding_a_model_schedules_only_that_models_jobs(demo_run: Path, tmp_path: Path) -> None:
     config = shared_demo()
     config["models"]["tiny2"] = tiny_model(seed=1)
+    # Written elsewhere, this config names the run's paper map by its full path (a relative one
+    # would be relative to the config's own folder).
+    config["tables"]["map"] = str(demo_run / config["tables"]["map"])
     result = run_workflow(demo_run, write_config(tmp_path, config), "--dry-run")
     jobs = jobs_in_dry_run(result.stdout)
     rules = {rule for rule, _ in jobs}

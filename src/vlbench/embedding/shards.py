@@ -256,7 +256,26 @@ def embed_rows(
         raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
     chunks: list[np.ndarray] = []
     try:
-        _embed_into(model, modality, source, start, stop, settings, stats, chunks)
+        with tqdm(
+            total=stop - start,
+            desc=f"embed {modality}s {start}-{stop}",
+            unit=modality,
+            mininterval=5,
+            file=sys.stderr,
+        ) as progress:
+            if modality == "image":
+                for count, inputs in image_input_batches(
+                    model, source, start, stop, settings, stats
+                ):
+                    chunks.append(model.encode_images(inputs))
+                    progress.update(count)
+            else:
+                texts = read_column_range(source, "text", start, stop)
+                matrix, distinct = encode_distinct_texts(
+                    model, texts, settings.batch_size, settings.trim_text_padding, progress.update
+                )
+                stats["distinct_texts"] = distinct
+                chunks.append(matrix)
     except BadEmbeddings as error:
         done = sum(len(chunk) for chunk in chunks) if modality == "image" else 0
         raise _named(error, model, modality, source, ids, start, done) from error
@@ -282,37 +301,6 @@ def _named(
     more = f" and {len(error.rows) - 3} more" if len(error.rows) > 3 else ""
     label = model.source.get("name") or model.source.get("adapter", "?")
     return VlbenchError(f"model {label}: {source}: {modality} {shown}{more}: {error.reason}")
-
-
-def _embed_into(
-    model: EmbeddingModel,
-    modality: str,
-    source: Path,
-    start: int,
-    stop: int,
-    settings: EmbedSettings,
-    stats: dict[str, Any],
-    chunks: list[np.ndarray],
-) -> None:
-    """Append the embeddings of rows [start, stop) to `chunks`, batch by batch."""
-    with tqdm(
-        total=stop - start,
-        desc=f"embed {modality}s {start}-{stop}",
-        unit=modality,
-        mininterval=5,
-        file=sys.stderr,
-    ) as progress:
-        if modality == "image":
-            for count, inputs in image_input_batches(model, source, start, stop, settings, stats):
-                chunks.append(model.encode_images(inputs))
-                progress.update(count)
-        else:
-            texts = read_column_range(source, "text", start, stop)
-            matrix, distinct = encode_distinct_texts(
-                model, texts, settings.batch_size, settings.trim_text_padding, progress.update
-            )
-            stats["distinct_texts"] = distinct
-            chunks.append(matrix)
 
 
 def embed_shard(
