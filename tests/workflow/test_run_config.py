@@ -12,10 +12,10 @@ import pytest
 from workflow_helpers import REPO, run_workflow, synthetic_benchmark, tiny_model, write_config
 
 from vlbench.config import load_schema
-from vlbench.config_overrides import parse_assignments, typed_overrides
-from vlbench.config_paths import resolve_written_paths
 from vlbench.errors import VlbenchError
 from vlbench.workflow.checks import check_model_keys
+from vlbench.workflow.config_overrides import parse_assignments, typed_overrides
+from vlbench.workflow.config_paths import resolve_written_paths
 from vlbench.workflow.run_config import load_run_config
 
 SCHEMA = load_schema()

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from vlbench.config_overrides import parse_assignments
 from vlbench.errors import VlbenchError
 from vlbench.workflow.checks import check_model_keys
+from vlbench.workflow.config_overrides import parse_assignments
 from vlbench.workflow.data_root import expand_data_root
 from vlbench.workflow.lockfile import lock_path, read_lock
 from vlbench.workflow.preflight import drop_missing, preflight_rows, render

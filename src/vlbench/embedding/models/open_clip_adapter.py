@@ -245,7 +245,7 @@ def _load_weights(
         return
     if projection != DEFAULT_IMAGE_PROJECTION:
         select_image_projection({}, projection, label)  # raises: only one projection here
-    if source.checkpoint.suffix != ".npz":
+    if source.checkpoint.suffix not in (".npz", ".safetensors"):
         check_torch_file(source.checkpoint)
     try:
         load_checkpoint(model, str(source.checkpoint), strict=True, weights_only=True)
