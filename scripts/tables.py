@@ -1,4 +1,5 @@
-"""Rule tables: results/tables/metrics.csv, metrics_full.csv and a Markdown table per benchmark."""
+"""Rule tables: results/tables/metrics.csv, metrics_full.csv, a Markdown table per benchmark and
+not_run.csv; files of an earlier config are moved to results/stale/."""
 
 from vlbench.warm.client import hand_over_script
 
@@ -7,10 +8,16 @@ hand_over_script(snakemake, globals())
 
 from pathlib import Path
 
+from vlbench.report.not_run import write_not_run
+from vlbench.report.stale_outputs import move_aside, stale_outputs
 from vlbench.report.tables import write_tables
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
+    for old, new in move_aside(
+        stale_outputs(snakemake.params.current, snakemake.params.benchmarks)
+    ):
+        log.info("moved %s (not made by the current config) to %s", old, new)
     write_tables(
         snakemake.input.metrics,
         snakemake.output.csv,
@@ -18,4 +25,7 @@ with rule_log(snakemake.log[0]) as log:
         full_csv=snakemake.output.full,
         notebook_names=snakemake.params.notebook_columns,
     )
-    log.info("wrote %s and %s", snakemake.output.csv, snakemake.output.full)
+    write_not_run(snakemake.params.not_run, snakemake.output.not_run)
+    log.info(
+        "wrote %s, %s and %s", snakemake.output.csv, snakemake.output.full, snakemake.output.not_run
+    )

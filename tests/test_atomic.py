@@ -18,9 +18,12 @@ from vlbench.atomic import (
     atomic_directory,
     atomic_path,
     current_umask,
+    is_no_space,
+    locked_partial,
     npy_bytes,
     reserve_space,
     reserved_npy_memmap,
+    sweep_partials,
     write_text,
 )
 from vlbench.errors import VlbenchError
@@ -175,3 +178,52 @@ def test_a_write_killed_before_its_rename_leaves_nothing_that_looks_finished(
     assert all(path.name.startswith(".") for path in partials), partials
     assert write_in_own_group(code, target, crash=False) == 0
     assert target.exists()
+    assert list(tmp_path.rglob("*.partial")) == []  # the next write swept the killed one's
+
+
+@pytest.mark.parametrize("directory", [False, True], ids=["file", "directory"])
+def test_a_sweep_removes_unheld_partials_and_keeps_a_live_writers(
+    directory: bool, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.csv"
+    fd, live = locked_partial(target, directory=directory)
+    try:
+        stale = tmp_path / ".out.csv.killed.partial"  # a writer killed right after creating it
+        stale.mkdir() if directory else stale.write_bytes(b"")
+        other = tmp_path / ".other.csv.killed.partial"  # another output's: not this sweep's
+        other.write_bytes(b"")
+        assert sweep_partials(target) == [stale]
+        assert live.exists() and other.exists() and not stale.exists()
+    finally:
+        os.close(fd)
+    assert sweep_partials(target) == [live]  # its writer let go: now it is stale too
+
+
+def test_a_library_error_for_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    import polars as pl
+
+    # What polars 1.x raised for a parquet write onto a full disk (not an OSError).
+    full = pl.exceptions.ComputeError(
+        "parquet: File out of specification: underlying IO error: No space left on device "
+        "(os error 28)"
+    )
+    assert is_no_space(full) and not is_no_space(pl.exceptions.ComputeError("bad schema"))
+    target = tmp_path / "outcomes.parquet"
+    with pytest.raises(VlbenchError) as caught, atomic_path(target) as tmp:
+        tmp.write_bytes(b"x" * 2_000_000)
+        raise full
+    assert str(caught.value) == f"no space left on device for {target} (needs more than 2.0 MB)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_outside_an_atomic_writer_is_one_line_in_a_rule_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vlbench.rule_log import rule_log
+
+    log, figure = tmp_path / "job.log", tmp_path / "bars.png"
+    with pytest.raises(SystemExit), rule_log(log):  # as a library writing its own file fails
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(figure))
+    expected = f"no space left on device for {figure}"
+    assert f"vlbench error: {expected}\n" in capsys.readouterr().err
+    assert log.read_text().splitlines()[-1] == f"ERROR: {expected}"

@@ -56,6 +56,70 @@ MATRIX_ELSEWHERE = {
         "test_sources_download.py::test_missing_revision_is_one_line_with_no_retry"
     ),
     "path traversal through a key": "test_config.py::test_keys_used_in_paths_are_constrained",
+    "annotation id leaving the image folder": (
+        "test_sources_contained.py::test_an_annotation_id_leaving_the_image_folder_is_refused"
+    ),
+    "zero-shot filepath outside the folder or absolute": (
+        "test_sources_contained.py::test_a_zero_shot_filepath_outside_the_folder_is_refused"
+    ),
+    "link pointing out of a local folder": (
+        "test_sources_contained.py::test_a_link_pointing_out_of_a_local_folder_is_refused"
+    ),
+    "zip member outside the archive": (
+        "test_sources_contained.py::test_a_zip_member_outside_the_archive_is_refused"
+    ),
+    "tar member outside the archive": (
+        "test_sources_contained.py::test_a_tar_member_outside_the_archive_is_refused"
+    ),
+    "nested --config value": (
+        "test_run_config.py::test_nested_values_from_snakemakes_command_line_take_the_schemas_types"
+    ),
+    "bad --config value names --config": (
+        "test_run_config.py::test_a_bad_command_line_value_names_config_not_the_file"
+    ),
+    "--config through snakemake": (
+        "test_run_config.py::test_config_overrides_work_through_snakemake"
+    ),
+    "outputs of an earlier config": (
+        "test_workflow_e2e.py::test_switching_configs_leaves_only_the_current_configs_tables"
+    ),
+    "shipped demo config outside the checkout": (
+        "test_run_config.py::test_the_shipped_demo_names_its_model_file_from_any_working_directory"
+    ),
+    "shipped configs with --directory anywhere": (
+        "test_planning_imports.py::test_a_dry_run_imports_no_model_library"
+    ),
+    "model file missing: refused at plan time": (
+        "test_workflow_e2e.py::test_a_missing_model_file_is_refused_at_plan_time_not_in_a_job"
+    ),
+    "open_clip tag of another architecture": (
+        "test_run_config.py::test_an_open_clip_tag_of_another_architecture_is_refused_at_plan_time"
+    ),
+    "left out for missing data: not_run.csv and the run's last line": (
+        "test_workflow_e2e.py::test_switching_configs_leaves_only_the_current_configs_tables"
+    ),
+    "units per metric in the tables": "test_benchmark_table_units.py::test_each_column_names_its_unit",
+    "partials of a killed writer, every stage": (
+        "test_stage_partials.py::test_a_stage_killed_before_its_rename_is_swept_by_its_next_run"
+    ),
+    "full disk in a library's own error": (
+        "test_atomic.py::test_a_library_error_for_a_full_disk_is_one_line"
+    ),
+    "full disk outside an atomic writer": (
+        "test_atomic.py::test_a_full_disk_outside_an_atomic_writer_is_one_line_in_a_rule_log"
+    ),
+    "vlbench score: NaN or zero row": (
+        "test_score_cli.py::test_a_nan_or_zero_row_names_the_file_row_and_id"
+    ),
+    "vlbench score: a file that is no .npy matrix": (
+        "test_score_cli.py::test_a_file_that_is_no_npy_matrix_says_so"
+    ),
+    "vlbench score: negative relevance": (
+        "test_score_cli.py::test_a_negative_or_fractional_relevance_is_refused"
+    ),
+    "YAML error in a config file the workflow reads": (
+        "test_run_config.py::test_a_yaml_error_in_a_config_file_names_its_line"
+    ),
 }
 
 
@@ -202,6 +266,102 @@ def test_unknown_model_name_or_tag_is_one_line(name: str, pretrained: str | None
         load_model(spec)
     assert "\n" not in str(info.value)
     assert (pretrained or name) in str(info.value)
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_keys_and_shapes(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "tiny.pt"
+    write_random_checkpoint("vlbench-tiny", TINY_MODEL_CONFIG, 0, checkpoint)
+    state = torch.load(checkpoint, weights_only=True)
+    dropped, reshaped = "logit_scale", "text_projection"
+    del state[dropped]
+    state["visual.extra_head.weight"] = torch.zeros(2, 2)
+    state[reshaped] = torch.zeros(3, 5)
+    torch.save(state, checkpoint)
+    spec = {"name": "vlbench-tiny", "model_config": str(TINY_MODEL_CONFIG)}
+    with pytest.raises(VlbenchError) as info:
+        load_model(spec | {"pretrained": str(checkpoint)})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"model vlbench-tiny: {checkpoint} does not fit the architecture (")
+    assert f"1 missing key(s): {dropped}" in message
+    assert "1 unexpected key(s): visual.extra_head.weight" in message
+    assert f"1 shape mismatch(es): {reshaped} is [3, 5] in the checkpoint, [" in message
+
+
+@pytest.mark.parametrize("content", [b"hello, this is text\n", b"<html>404</html>", b""])
+def test_a_file_that_is_no_checkpoint_says_so(tmp_path: Path, content: bytes) -> None:
+    checkpoint = tmp_path / "weights.pt"
+    checkpoint.write_bytes(content)
+    spec = {"name": "vlbench-tiny", "model_config": str(TINY_MODEL_CONFIG)}
+    with pytest.raises(VlbenchError) as info:
+        load_model(spec | {"pretrained": str(checkpoint)})
+    message = str(info.value)
+    expected = "the checkpoint file is empty" if not content else "not a PyTorch checkpoint"
+    assert message.startswith(f"{checkpoint}: {expected}"), message
+    assert "(101)" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("modality", ["image", "text"])
+def test_nan_embeddings_name_the_model_file_and_item(
+    tiny, modality: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from embed_support import write_images, write_texts
+
+    from vlbench.embedding.shards import EmbedSettings, embed_rows
+
+    source = tmp_path / f"{modality}s.parquet"
+    (write_images if modality == "image" else write_texts)(source, 6, 3)
+    encode = "encode_image" if modality == "image" else "encode_text"
+    original = getattr(tiny.model, encode)
+    batches = []
+
+    def nan_in_the_second_batch(inputs: torch.Tensor) -> torch.Tensor:
+        features = original(inputs)
+        batches.append(len(features))
+        if len(batches) == 2:  # rows 4 and 5 of the file: make row 5 NaN
+            features[1] = float("nan")
+        return features
+
+    monkeypatch.setattr(tiny.model, encode, nan_in_the_second_batch)
+    monkeypatch.setattr(tiny, "padding_trimmed_text_encoder", None)
+    settings = EmbedSettings.from_config("b", batch_size=4, pixel_cache=False)
+    with pytest.raises(VlbenchError) as info:
+        embed_rows(tiny, modality, source, 0, 6, settings)
+    prefix = "img" if modality == "image" else "txt"
+    assert str(info.value) == (
+        f"model vlbench-tiny: {source}: {modality} '{prefix}-0005' (row 5): "
+        "the model produced NaN or infinite embeddings"
+    )
+
+
+def test_a_full_disk_in_the_metrics_step_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import polars as pl
+
+    from vlbench.metrics.job import write_metrics
+    from vlbench.rank.protocol_ranks import Side, rank_protocol
+
+    ids = np.array(["a", "b"], dtype=object)
+    side = Side(np.eye(2, dtype=np.float32), ids, None, name="x")
+    judged = pl.DataFrame({"query_id": ["a", "b"], "item_id": ["a", "b"], "relevance": [1, 1]})
+    ranks = tmp_path / "ranks.parquet"
+    rank_protocol("paired", side, side, judged, None).write_parquet(ranks)
+
+    def full(self: pl.DataFrame, path: object, *args: object, **kwargs: object) -> None:
+        raise pl.exceptions.ComputeError(
+            "parquet: File out of specification: underlying IO error: No space left on device "
+            "(os error 28)"
+        )
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    outcomes = tmp_path / "metrics" / "i2t.outcomes.parquet"
+    labels = {"benchmark": "b", "subset": "test", "model": "m", "direction": "image_to_text"}
+    with pytest.raises(VlbenchError) as info:
+        write_metrics(ranks, "paired", [1], labels, "index", {"bootstrap_samples": 0},
+                      tmp_path / "metrics" / "i2t.csv", outcomes)  # fmt: skip
+    assert str(info.value) == f"no space left on device for {outcomes} (needs more than 0.1 MB)"
+    assert not outcomes.exists() and not list(outcomes.parent.glob(".*.partial"))
 
 
 # --- captions and tables ---------------------------------------------------------------------

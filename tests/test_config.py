@@ -13,7 +13,8 @@ from vlbench.config import RUN_TIME_KEYS, SCHEMA_PATH, result_keys, schema_defau
 from vlbench.embedding.shards import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
-from vlbench.yaml_files import check_no_duplicate_keys, read_yaml_mapping
+from vlbench.workflow.run_config import load_run_config
+from vlbench.yaml_files import read_yaml_mapping
 
 
 def minimal() -> dict:
@@ -124,28 +125,34 @@ def test_duplicate_model_key_names_file_key_and_line(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
-def test_duplicate_keys_in_a_configfile_snakemake_loads_itself(tmp_path: Path) -> None:
-    """Snakemake reads --configfile (YAML or JSON) on its own, keeping the last key silently."""
+def test_duplicate_keys_in_a_configfile_the_workflow_reads(tmp_path: Path) -> None:
+    """Snakemake reads --configfile (YAML or JSON) keeping the last key silently; the workflow
+    reads each config file again and refuses a key given twice, naming the line."""
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(DUPLICATE_MODEL, encoding="utf-8")
     with pytest.raises(VlbenchError, match=r"c\.yaml: line 6: key 'tiny' is given twice"):
-        check_no_duplicate_keys(yaml_file)
+        load_run_config([yaml_file])
     nested = tmp_path / "nested.yaml"
     nested.write_text("ranking:\n  block_mb: 1\n  tie_policy: index\n  block_mb: 2\n")
     with pytest.raises(VlbenchError, match=r"line 4: key 'block_mb' is given twice"):
-        check_no_duplicate_keys(nested)
+        read_yaml_mapping(nested, "config file")
     json_file = tmp_path / "c.json"
     json_file.write_text('{"models": {"tiny": {}, "tiny": {"name": "x"}}}', encoding="utf-8")
     with pytest.raises(VlbenchError, match=r"c\.json: line 1: key 'tiny' is given twice"):
-        check_no_duplicate_keys(json_file)
+        read_yaml_mapping(json_file, "config file")
+    tabs = tmp_path / "tabs.json"  # JSON indented with tabs is not YAML; Snakemake reads it
+    tabs.write_text('{\n\t"models": {\n\t\t"a": {}, "a": {}\n\t}\n}\n', encoding="utf-8")
+    with pytest.raises(VlbenchError, match=r"tabs\.json: key 'a' is given twice in one object"):
+        read_yaml_mapping(tabs, "config file")
+    tabs.write_text('{\n\t"pins": "lock"\n}\n', encoding="utf-8")
+    assert read_yaml_mapping(tabs, "config file") == {"pins": "lock"}
     # Overriding a key brought in by a merge is not a duplicate.
     merged = tmp_path / "merged.yaml"
     merged.write_text("base: &b {name: x, precision: fp32}\nmodels:\n  a: {<<: *b, name: y}\n")
-    check_no_duplicate_keys(merged)
     entry = read_yaml_mapping(merged, "config file")["models"]["a"]
     assert entry == {"name": "y", "precision": "fp32"}
     for shipped in sorted((REPO / "config").rglob("*.yaml")):
-        check_no_duplicate_keys(shipped)
+        read_yaml_mapping(shipped, "config file")
 
 
 def read_and_validate(path: Path) -> dict:

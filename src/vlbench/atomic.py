@@ -2,14 +2,22 @@
 
 Outputs get the modes any other new file gets under the process umask (0644 and 0755 under
 umask 022), not the private 0600/0700 of `tempfile`. A full disk (or quota) while writing is a
-one-line `VlbenchError` naming the output and about how much room it needs.
+one-line `VlbenchError` naming the output and about how much room it needs, whichever library
+hit it (an OSError, or a polars, pyarrow or faiss error that says so).
+
+Until its rename, an output is a hidden partial beside it, `.<name>.<random>.partial`, locked
+(`flock`) by its writer. A killed writer's lock dies with it, so every writer first removes the
+partials of its output that nobody holds: the next run sweeps what a killed one left, in every
+stage, and never a partial a live writer still fills.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import fnmatch
+import glob
 import io
 import math
 import os
@@ -74,14 +82,23 @@ def apply_umask(path: str | Path, directory: bool = False) -> None:
     os.chmod(path, base & ~current_umask())
 
 
+NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")
+
+
 def is_no_space(error: BaseException) -> bool:
-    """Whether an OSError (or a library's error without errno) means a full disk or quota."""
-    if not isinstance(error, OSError):
-        return False
-    if error.errno in NO_SPACE_ERRNOS:
+    """Whether an error means a full disk or quota: an OSError's errno, or the words of the
+    system's message in a library's own error (polars raises ComputeError for a parquet write,
+    pyarrow and faiss write the errno into their text)."""
+    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
         return True
     text = str(error)
-    return "No space left on device" in text or "Disk quota exceeded" in text
+    return any(words in text for words in NO_SPACE_TEXTS)
+
+
+def _is_quota(error: BaseException | None) -> bool:
+    if error is None:
+        return False
+    return getattr(error, "errno", None) == errno.EDQUOT or NO_SPACE_TEXTS[1] in str(error)
 
 
 def _megabytes(nbytes: int) -> str:
@@ -90,11 +107,16 @@ def _megabytes(nbytes: int) -> str:
 
 
 def no_space_error(
-    path: str | Path, nbytes: int, error: OSError | None = None, at_least: bool = False
+    path: str | Path,
+    nbytes: int | None,
+    error: BaseException | None = None,
+    at_least: bool = False,
 ) -> VlbenchError:
-    """The one-line error for a write of about `nbytes` to `path` that found no room."""
-    cause = "disk quota exceeded" if error is not None and error.errno == errno.EDQUOT else None
-    cause = cause or "no space left on device"
+    """The one-line error for a write of about `nbytes` to `path` that found no room
+    (`nbytes` None: the size is not known)."""
+    cause = "disk quota exceeded" if _is_quota(error) else "no space left on device"
+    if nbytes is None:
+        return VlbenchError(f"{cause} for {path}")
     amount = "more than" if at_least else "about"
     return VlbenchError(f"{cause} for {path} (needs {amount} {_megabytes(nbytes)} MB)")
 
@@ -168,13 +190,85 @@ def _written_bytes(path: Path) -> int:
 def _no_space_as_error(path: Path, tmp: Path | None, expected_bytes: int | None) -> Iterator[None]:
     try:
         yield
-    except OSError as exc:
+    except VlbenchError:
+        raise
+    except Exception as exc:
         if not is_no_space(exc):
             raise
         written = _written_bytes(tmp) if tmp is not None else 0
         if expected_bytes:
             raise no_space_error(path, max(expected_bytes, written), exc) from exc
         raise no_space_error(path, written, exc, at_least=True) from exc
+
+
+def try_lock(fd: int) -> bool | None:
+    """Lock `fd` exclusively without waiting: True if locked, False if held, None if unknown."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None  # no locks on this file system: cannot tell a live writer from a dead one
+    return True
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether the open `fd` is still the file or folder at `path` (not removed or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+def sweep_partials(path: str | Path) -> list[Path]:
+    """Remove the partial files and folders of output `path` that no live writer holds.
+
+    Every writer holds an exclusive lock on its partial while it fills it; the lock dies with
+    its process, so a partial nobody holds is what a killed or failed writer left. Returns
+    the partials removed.
+    """
+    path = Path(path)
+    removed = []
+    for partial in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.partial")):
+        try:
+            fd = os.open(partial, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if try_lock(fd) and same_file(fd, partial):
+                if partial.is_dir() and not partial.is_symlink():
+                    shutil.rmtree(partial, ignore_errors=True)
+                else:
+                    partial.unlink(missing_ok=True)
+                removed.append(partial)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def locked_partial(path: str | Path, directory: bool = False) -> tuple[int, Path]:
+    """A fresh partial file (or folder) beside `path`, locked by this process: (fd, partial).
+
+    Stale partials of `path` are swept first. The caller closes `fd` when done (which lets
+    go of the lock). A partial that a concurrent sweep removed between its creation and its
+    lock is made again.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_partials(path)
+    while True:
+        if directory:
+            name = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+            fd = os.open(name, os.O_RDONLY)
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        if same_file(fd, Path(name)):
+            return fd, Path(name)
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -185,12 +279,7 @@ def atomic_path(path: str | Path, expected_bytes: int | None = None) -> Iterator
     """
     path = Path(path)
     with _no_space_as_error(path, None, expected_bytes):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp_name = tempfile.mkstemp(
-            prefix=f".{path.name}.", suffix=".partial", dir=path.parent
-        )
-        os.close(handle)
-    tmp = Path(tmp_name)
+        fd, tmp = locked_partial(path)
     try:
         apply_umask(tmp)
         with _no_space_as_error(path, tmp, expected_bytes):
@@ -201,6 +290,7 @@ def atomic_path(path: str | Path, expected_bytes: int | None = None) -> Iterator
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -208,8 +298,7 @@ def atomic_directory(path: str | Path, expected_bytes: int | None = None) -> Ite
     """Yield a fresh temporary directory beside `path`; swap it into place on success."""
     path = Path(path)
     with _no_space_as_error(path, None, expected_bytes):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+        fd, tmp = locked_partial(path, directory=True)
     try:
         apply_umask(tmp, directory=True)
         with _no_space_as_error(path, tmp, expected_bytes):
@@ -221,6 +310,7 @@ def atomic_directory(path: str | Path, expected_bytes: int | None = None) -> Ite
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+        os.close(fd)
 
 
 def write_text(path: str | Path, text: str) -> None:

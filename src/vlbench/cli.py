@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from vlbench.atomic import is_no_space, no_space_error
 from vlbench.config import fewshot_defaults, schema_defaults
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot import SHUFFLES
@@ -49,14 +50,36 @@ def _read_parquet(path: str | Path, what: str, required: Sequence[str]) -> pl.Da
     return table
 
 
-def read_side(npy: str, ids_path: str, name: str) -> Side:
-    """Vectors from a .npy matrix plus ids (and optional groups) from a parquet file."""
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_matrix(npy: str, name: str) -> np.ndarray:
+    """A numeric .npy matrix, read without pickle; other files are one-line errors."""
     try:
-        vectors = np.load(npy, allow_pickle=False)
+        with open(npy, "rb") as handle:
+            head = handle.read(len(NPY_MAGIC))
     except FileNotFoundError as exc:
         raise VlbenchError(f"{name}: file not found: {npy}") from exc
+    except OSError as exc:
+        raise VlbenchError(f"{name}: cannot read {npy} ({exc.strerror or exc})") from exc
+    if head != NPY_MAGIC:
+        what = "an .npz archive" if head.startswith(b"PK") else f"it starts with {head!r}"
+        raise VlbenchError(
+            f"{name}: {npy} is not a .npy file ({what}); save one matrix with numpy.save"
+        )
+    try:
+        return np.load(npy, allow_pickle=False)
     except ValueError as exc:
+        if "Object arrays" in str(exc):
+            raise VlbenchError(
+                f"{name}: {npy} holds Python objects (dtype object), not numbers"
+            ) from exc
         raise VlbenchError(f"{name}: {npy} is not a plain .npy matrix ({exc})") from exc
+
+
+def read_side(npy: str, ids_path: str, name: str) -> Side:
+    """Vectors from a .npy matrix plus ids (and optional groups) from a parquet file."""
+    vectors = read_matrix(npy, name)
     if vectors.ndim != 2:
         raise VlbenchError(f"{npy}: expected a 2-D matrix, got shape {vectors.shape}")
     if np.iscomplexobj(vectors):
@@ -75,7 +98,7 @@ def read_side(npy: str, ids_path: str, name: str) -> Side:
     )
     if len(ids) != len(vectors):
         raise VlbenchError(f"{npy}: {len(vectors)} rows but {ids_path} has {len(ids)} ids")
-    return Side(normalise_rows(vectors), ids, groups, name=name)
+    return Side(normalise_rows(vectors, npy, ids), ids, groups, name=name)
 
 
 def read_judgements(path: str | None, direction: str | None = None) -> pl.DataFrame | None:
@@ -107,11 +130,28 @@ def read_judgements(path: str | None, direction: str | None = None) -> pl.DataFr
         )
     if "relevance" not in table.columns:
         table = table.with_columns(pl.lit(1).alias("relevance"))
+    check_relevance(table, path)
     return table.select(
         pl.col("query_id").cast(pl.String),
         pl.col("item_id").cast(pl.String),
         pl.col("relevance").cast(pl.Int64),
     )
+
+
+def check_relevance(table: pl.DataFrame, path: str) -> None:
+    """Relevance is 0 (judged not relevant) or a positive whole grade, never negative or empty."""
+    relevance = table["relevance"]
+    if not relevance.dtype.is_numeric():
+        raise VlbenchError(f"{path}: column 'relevance' holds {relevance.dtype}, not numbers")
+    values = relevance.cast(pl.Float64)
+    bad = values.is_null() | ~values.is_finite() | (values < 0) | (values != values.floor())
+    rows = bad.fill_null(True).arg_true()
+    if len(rows):
+        row = int(rows[0])
+        raise VlbenchError(
+            f"{path}: row {row}: relevance {values[row]} of query {table['query_id'][row]!r} and "
+            f"item {table['item_id'][row]!r} must be 0 (not relevant) or a positive whole grade"
+        )
 
 
 def read_candidate_lists(path: str | None, direction: str | None = None) -> pl.DataFrame | None:
@@ -253,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("config", help="the config file (YAML)")
     check.add_argument("--data-root", help="override the config's data_root")
+    check.add_argument(
+        "--config",
+        dest="overrides",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="settings for this run, as snakemake --config (dotted keys set nested ones)",
+    )
     add_import_parser(commands)
     return parser
 
@@ -298,7 +345,11 @@ def _write(option: str, path: str, write: Callable[[str], None]) -> None:
     """Write one output, turning an OS error into a one-line error naming the option."""
     try:
         write(path)
-    except OSError as exc:
+    except Exception as exc:
+        if is_no_space(exc):
+            raise no_space_error(f"{option} {path}", None, exc) from exc
+        if not isinstance(exc, OSError):
+            raise
         where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
         raise VlbenchError(f"{option} {path}: cannot write ({exc.strerror or exc}{where})") from exc
 
@@ -399,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "preflight":
         from vlbench.workflow.preflight_command import run_preflight
 
-        return run_preflight(args.config, args.data_root)
+        return run_preflight(args.config, args.data_root, args.overrides)
     if args.command == "import":
         return run_import(args)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,18 +114,25 @@ def _forms(error: jsonschema.ValidationError) -> str:
     )
 
 
-def explain(error: jsonschema.ValidationError, source: str) -> str:
-    """Turn a schema error into one line naming the key and what is allowed."""
+# Who wrote the value at a key path: (path, keys at fault below it) -> "mine.yaml", "--config".
+Blame = Callable[[tuple[str | int, ...], list[str]], str]
+
+
+def explain(error: jsonschema.ValidationError, source: str | Blame) -> str:
+    """Turn a schema error into one line naming the key, what is allowed, and who wrote it."""
     error = _deepest(error)
     where = _where(error)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(allowed))
-        if allowed:
-            return (
-                f"{source}: unknown key {', '.join(repr(k) for k in unknown)} at '{where}' "
-                f"(allowed: {', '.join(allowed)})"
-            )
+    extra_keys = error.validator == "additionalProperties" and isinstance(error.instance, dict)
+    allowed = sorted(error.schema.get("properties", {})) if extra_keys else []
+    unknown = sorted(set(error.instance) - set(allowed)) if extra_keys else []
+    if callable(source):
+        named_key = "propertyNames" in error.absolute_schema_path
+        source = source(tuple(error.absolute_path), [error.instance] if named_key else unknown)
+    if extra_keys and allowed:
+        return (
+            f"{source}: unknown key {', '.join(repr(k) for k in unknown)} at '{where}' "
+            f"(allowed: {', '.join(allowed)})"
+        )
     if error.validator == "required":
         return f"{source}: missing key at '{where}': {error.message}"
     if error.validator in ("oneOf", "anyOf"):
@@ -141,11 +148,12 @@ def explain(error: jsonschema.ValidationError, source: str) -> str:
 
 
 def validate_config(
-    config: Mapping[str, Any], source: str, schema_path: str | Path = SCHEMA_PATH
+    config: Mapping[str, Any], source: str | Blame, schema_path: str | Path = SCHEMA_PATH
 ) -> dict[str, Any]:
     """Return a validated copy of `config` with every schema default filled in.
 
-    Raises VlbenchError with a one-line message naming the offending key.
+    Raises VlbenchError with a one-line message naming the offending key and its `source`
+    (a name, or a function of the key path naming who wrote it: a file or `--config`).
     """
     instance = copy.deepcopy(dict(config))
     validator = _Validator(load_schema(schema_path))

@@ -134,7 +134,7 @@ def protocol(name: str) -> Protocol:
 
 def benchmark_directions(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The directions a configured benchmark evaluates (its protocol's, fixed by its format)."""
-    return protocol(spec["protocol"]).directions_of(spec["source"].get("format"))
+    return protocol(spec["protocol"]).directions_of((spec.get("source") or {}).get("format"))
 
 
 def protocol_of_format(format_name: str) -> Protocol:

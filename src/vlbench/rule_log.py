@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from vlbench.atomic import is_no_space, no_space_error
 from vlbench.errors import VlbenchError
 from vlbench.warm.client import WARM_WORKER_ENV
 
@@ -34,7 +35,13 @@ def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
         )
         try:
             yield logger
-        except VlbenchError as error:
+        except Exception as error:
+            # A full disk met outside an atomic writer (a library's own file) is one line too.
+            if not isinstance(error, VlbenchError) and is_no_space(error):
+                where = getattr(error, "filename", None) or "an output of this job"
+                error = no_space_error(where, None, error)
+            if not isinstance(error, VlbenchError):
+                raise
             handle.write(f"ERROR: {error}\n")
             old_stderr.write(f"vlbench error: {error}\n")
             raise SystemExit(1) from None

@@ -2,6 +2,7 @@
 
 Every mapping is checked for a key given twice (plain YAML keeps the last one silently), so
 a config with the same model under `models:` twice is refused with the line of the second one.
+Config files may be JSON too (as Snakemake reads them).
 """
 
 from __future__ import annotations
@@ -70,45 +71,33 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def check_no_duplicate_keys(path: str | Path) -> None:
-    """Refuse a YAML (or JSON) config file that gives a key twice in one mapping.
-
-    For files loaded by someone else (Snakemake's `--configfile`), which keep the last value
-    silently. Raises VlbenchError naming the file, the key and the line of the second one;
-    a missing or unparsable file is left to the loader that reads it.
-    """
-    path = Path(path)
+def _json_or_none(text: str, path: Path) -> Any:
+    """The JSON document in `text` (refusing a key given twice in one object), or None."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return
-    try:
-        load_yaml(text)
-        return
-    except DuplicateKeyError as exc:
-        raise VlbenchError(exc.where(path)) from exc
-    except yaml.YAMLError:
-        pass
-    try:  # not YAML: Snakemake also reads config files as JSON
-        json.loads(text, object_pairs_hook=_json_pairs)
+        return json.loads(text, object_pairs_hook=_json_pairs)
     except VlbenchError as exc:
         raise VlbenchError(f"{path}: {exc} (JSON config)") from exc
     except ValueError:
-        return
+        return None
 
 
 def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """The mapping in `path`; `what` names the file in errors ("config file", "reference map")."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = load_yaml(handle) or {}
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise VlbenchError(f"{what} not found: {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise VlbenchError(f"{what} {path}: cannot be read ({exc})") from exc
+    try:
+        data = load_yaml(text) or {}
     except DuplicateKeyError as exc:
         raise VlbenchError(exc.where(path)) from exc
     except yaml.YAMLError as exc:
-        raise VlbenchError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
+        data = _json_or_none(text, path)  # JSON that is not YAML (tabs), as Snakemake reads it
+        if data is None:
+            raise VlbenchError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
     if not isinstance(data, dict):
         raise VlbenchError(f"{path}: the top level of a {what} must be a mapping")
     return data

@@ -20,14 +20,10 @@ from embed_support import reference_image_embeddings, tiny_model, write_images
 from PIL import Image
 
 from vlbench import atomic
+from vlbench.atomic import sweep_partials
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import decode_image
-from vlbench.embedding.pixel_cache import (
-    PixelCache,
-    PixelShardWriter,
-    remove_stale_partials,
-    source_fingerprint,
-)
+from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter, source_fingerprint
 from vlbench.embedding.shards import EmbedSettings, embed_rows
 from vlbench.errors import VlbenchError
 
@@ -306,7 +302,7 @@ def test_partial_of_a_live_writer_is_kept(
     live = PixelShardWriter(cache, 0, ROWS)
     live.append(batch)
     [held] = partials(tmp_path)
-    assert remove_stale_partials(cache.shard_path(0, ROWS)) == []
+    assert sweep_partials(cache.shard_path(0, ROWS)) == []
     other = PixelShardWriter(cache, 0, ROWS)
     other.append(batch)
     assert other.close(success=False) is False

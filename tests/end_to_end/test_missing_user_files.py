@@ -1,4 +1,4 @@
-"""User-supplied files a config names but that are missing: a warning at plan time, a failed job.
+"""User-supplied files a config names but that are missing: refused at plan time, no job planned.
 
 Every source layout running through the whole workflow to the paper tables is the job of the
 shipped-config tests (tests/end_to_end/test_shipped_*.py), which read each format from its
@@ -17,9 +17,7 @@ from workflow_helpers import run_workflow, tiny_model, write_config
 
 
 @pytest.mark.parametrize("missing", ["annotations", "images"])
-def test_missing_user_files_warn_at_plan_time_and_fail_the_job(
-    tmp_path: Path, missing: str
-) -> None:
+def test_missing_user_files_are_refused_at_plan_time(tmp_path: Path, missing: str) -> None:
     write_annotation_pairs(tmp_path / "cornell", n=4)
     source = {
         "path": str(tmp_path / "cornell"),
@@ -33,8 +31,11 @@ def test_missing_user_files_warn_at_plan_time_and_fail_the_job(
         "benchmarks": {"cornell": {"protocol": "paired", "source": source}},
     }
     configfile = write_config(tmp_path, config)
-    plan = run_workflow(tmp_path, configfile, "-n")
-    assert f"benchmarks.cornell.source.{missing}: not found" in plan.stdout + plan.stderr
-    result = run_workflow(tmp_path, configfile, "results/data/cornell/images.parquet", check=False)
-    assert result.returncode != 0
-    assert "not-there" in result.stdout + result.stderr
+    plan = run_workflow(tmp_path, configfile, "-n", check=False)
+    assert plan.returncode != 0
+    path = tmp_path / "cornell" / f"not-there-{missing}"
+    assert (
+        f"nothing to run: every benchmark misses its local data: benchmark cornell: "
+        f"benchmarks.cornell.source.{missing}: not found: {path}"
+    ) in plan.stdout + plan.stderr
+    assert not (tmp_path / "logs").exists()  # no job was planned to fail on it

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 from workflow_helpers import (
+    copy_of_run,
     run_workflow,
     shared_demo,
     synthetic_benchmark,
@@ -112,6 +113,9 @@ def jobs_in_dry_run(output: str) -> list[tuple[str, dict[str, str]]]:
 def test_adding_a_model_schedules_only_that_models_jobs(demo_run: Path, tmp_path: Path) -> None:
     config = shared_demo()
     config["models"]["tiny2"] = tiny_model(seed=1)
+    # Written elsewhere, this config names the run's paper map by its full path (a relative one
+    # would be relative to the config's own folder).
+    config["tables"]["map"] = str(demo_run / config["tables"]["map"])
     result = run_workflow(demo_run, write_config(tmp_path, config), "--dry-run")
     jobs = jobs_in_dry_run(result.stdout)
     rules = {rule for rule, _ in jobs}
@@ -158,9 +162,74 @@ def test_missing_local_source_fails_naming_key_and_path(workdir: Path) -> None:
     config = {"models": {"tiny": tiny_model()}, "benchmarks": {"local": benchmark}}
     result = run_workflow(workdir, write_config(workdir, config), check=False)
     assert result.returncode != 0
-    message = "benchmarks.local.source.path: directory not found: no/such/dir"
+    message = (
+        "nothing to run: every benchmark misses its local data: benchmark local: "
+        "benchmarks.local.source.path: directory not found: no/such/dir"
+    )
     assert message in result.stdout + result.stderr
-    assert not (workdir / "results" / "data" / "local" / "images.parquet").exists()
+    assert not (workdir / "logs").exists()  # refused at plan time: no job ran
+
+
+def test_a_missing_model_file_is_refused_at_plan_time_not_in_a_job(workdir: Path) -> None:
+    model = tiny_model() | {"model_config": "models/absent.json"}
+    config = {"models": {"tiny": model}, "benchmarks": {"demo": synthetic_benchmark(10)}}
+    result = run_workflow(workdir, write_config(workdir, config), check=False)
+    assert result.returncode != 0
+    assert (
+        "nothing to run: every model misses its local data: model tiny: "
+        "models.tiny.model_config: file not found: models/absent.json"
+    ) in result.stdout + result.stderr
+    assert not (workdir / "logs").exists()
+
+
+def test_switching_configs_leaves_only_the_current_configs_tables(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    """The shared demo's run, then another config in the same directory: results/tables/ lists
+    exactly the new config's files (the demo's moved to results/stale/), not_run.csv names the
+    benchmark left out for missing data, and the run's last lines say so."""
+    run = copy_of_run(demo_run, tmp_path)
+    other = {
+        "models": {"tiny": tiny_model()},
+        "benchmarks": {
+            "other": synthetic_benchmark(12, seed=3, k=[1, 5]),
+            "gone": {"protocol": "paired", "source": {"path": "{data_root}/gone"}},
+        },
+        "tables": {"qualitative_queries": 0},
+    }
+    result = run_workflow(run, write_config(run, other, "other.yaml"), "--cores", "2")
+    tables = run / "results" / "tables"
+    listed = sorted(str(path.relative_to(tables)) for path in tables.rglob("*") if path.is_file())
+    assert listed == ["metrics.csv", "metrics_full.csv", "not_run.csv", "other.html", "other.md"]
+    stale = run / "results" / "stale"
+    assert (stale / "tables" / "demo.md").read_bytes() == (
+        demo_run / "results" / "tables" / "demo.md"
+    ).read_bytes()
+    assert {path.name for path in (stale / "tables" / "paper").iterdir()} == {
+        f"biomedflickr.{extension}" for extension in ("md", "csv", "tex", "html")
+    }
+    assert (stale / "plots" / "demo" / "recall_at_k.png").is_file()
+    assert not (run / "results" / "plots" / "demo").exists()
+    assert sorted(path.name for path in (run / "results" / "provenance").iterdir()) == [
+        "other.csv",
+        "other.html",
+    ]
+    assert set(pl.read_csv(tables / "metrics.csv")["benchmark"]) == {"other"}
+    not_run = pl.read_csv(tables / "not_run.csv").to_dicts()
+    assert not_run == [
+        {
+            "kind": "benchmark",
+            "key": "gone",
+            "reason": "missing data",
+            "detail": "benchmarks.gone.source.path: directory not found: data/gone "
+            "(needs the hub repository's layout: data/<split>-*.parquet)",
+        }
+    ]
+    last_lines = (result.stdout + result.stderr).strip().splitlines()[-6:]
+    assert (
+        "vlbench: not run: benchmark gone (missing data); see results/tables/not_run.csv"
+        in last_lines
+    ), last_lines
 
 
 def test_source_parquet_without_expected_columns_names_the_file(workdir: Path) -> None:

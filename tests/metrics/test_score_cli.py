@@ -330,3 +330,57 @@ def test_fewshot_option_defaults_are_the_config_schemas() -> None:
     fewshot = config["benchmarks"]["b"]["fewshot"]
     assert (args.folds, args.shuffle) == (fewshot["folds"], fewshot["shuffle"])
     assert args.shots is None  # few-shot only when asked for
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0])
+def test_a_nan_or_zero_row_names_the_file_row_and_id(tmp_path, capsys, bad: float) -> None:
+    paired_files(tmp_path)
+    vectors = np.load(tmp_path / "gallery.npy")
+    vectors[3] = bad
+    np.save(tmp_path / "gallery.npy", vectors)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    what = "all zeros" if bad == 0 else "NaN or infinite"
+    error = capsys.readouterr().err.strip()
+    assert error == f"vlbench error: {tmp_path / 'gallery.npy'}: row 3 (id 'x3') is {what}"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"0.1,0.2\n0.3,0.4\n", "is not a .npy file (it starts with b'0.1,0.'); save one matrix"),
+        (b"PK\x03\x04rest", "is not a .npy file (an .npz archive)"),
+        ("OBJECT", "holds Python objects (dtype object), not numbers"),
+    ],
+)
+def test_a_file_that_is_no_npy_matrix_says_so(tmp_path, capsys, content, said: str) -> None:
+    paired_files(tmp_path)
+    queries = tmp_path / "queries.npy"
+    if content == "OBJECT":
+        np.save(queries, np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    else:
+        queries.write_bytes(content)
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"vlbench error: queries: {queries} {said}"), error
+    assert "pickled" not in error
+
+
+@pytest.mark.parametrize("relevance", [-1, 0.5, None])
+def test_a_negative_or_fractional_relevance_is_refused(tmp_path, capsys, relevance) -> None:
+    paired_files(tmp_path)
+    ids = [f"x{i}" for i in range(6)]
+    grades = [1, 1, relevance, 1, 1, 1]
+    pl.DataFrame(
+        {"query_id": ids, "item_id": ids, "relevance": grades}, strict=False
+    ).write_parquet(tmp_path / "qrels.parquet")
+    qrels = str(tmp_path / "qrels.parquet")
+    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    error = capsys.readouterr().err.strip()
+    shown = {-1: "-1.0", 0.5: "0.5", None: "None"}[relevance]
+    assert error == (
+        f"vlbench error: {qrels}: row 2: relevance {shown} of query 'x2' and item 'x2' must be "
+        "0 (not relevant) or a positive whole grade"
+    )
+    assert not (tmp_path / "metrics.csv").exists()

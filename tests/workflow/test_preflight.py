@@ -77,24 +77,52 @@ def test_every_entry_gets_one_row_with_its_state(tmp_path: Path) -> None:
     assert table.splitlines()[0] == "title:" and len(table.splitlines()) == 2 + len(rows)
 
 
-def test_missing_entries_are_left_out_unless_asked_for(tmp_path: Path) -> None:
+def test_missing_entries_are_left_out_or_refused_when_asked_for(tmp_path: Path) -> None:
     config = expand_data_root(validate(mixed_config(tmp_path)))
-    kept, rows = pf.drop_missing(config, pf.preflight_rows(config, {}))
+    rows = pf.preflight_rows(config, {})
+    pf.refuse_missing(config, rows)  # skip: left out, not refused
+    kept, rows = pf.drop_missing(config, rows)
     assert set(kept["models"]) == {"pinned", "first-use", "random"}
     assert set(kept["benchmarks"]) == {"synthetic", "hub", "present"}
+    assert pf.not_run_rows(rows) == [
+        {
+            "kind": "model",
+            "key": "missing-ckpt",
+            "reason": "missing data",
+            "detail": f"models.missing-ckpt.pretrained: file not found: {tmp_path}/ckpt/absent.pt",
+        },
+        {
+            "kind": "benchmark",
+            "key": "absent",
+            "reason": "missing data",
+            "detail": rows[-1].detail,
+        },
+    ]
     asked = expand_data_root(validate(mixed_config(tmp_path, missing_data="fail")))
-    kept, rows = pf.drop_missing(asked, pf.preflight_rows(asked, {}))
-    assert "absent" in kept["benchmarks"] and "missing-ckpt" in kept["models"]
+    rows = pf.preflight_rows(asked, {})
     assert {row.state for row in rows if row.missing} == {"missing"}
+    with pytest.raises(VlbenchError) as refused:
+        pf.refuse_missing(asked, rows)
+    assert str(refused.value).startswith(
+        "missing_data: fail, and 2 entries miss their local data: model missing-ckpt: "
+        f"models.missing-ckpt.pretrained: file not found: {tmp_path}/ckpt/absent.pt; "
+        f"benchmark absent: benchmarks.absent.source.path: directory not found: {tmp_path}/nabirds"
+    )
 
 
-def test_a_config_whose_benchmarks_are_all_missing_plans_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("section", ["models", "benchmarks"])
+def test_a_config_whose_models_or_benchmarks_are_all_missing_is_refused(
+    tmp_path: Path, section: str
+) -> None:
     config = mixed_config(tmp_path)
-    config["benchmarks"] = {"absent": config["benchmarks"]["absent"]}
+    kept = {"models": "missing-ckpt", "benchmarks": "absent"}[section]
+    config[section] = {kept: config[section][kept]}
     config = expand_data_root(validate(config))
-    kept, rows = pf.drop_missing(config, pf.preflight_rows(config, {}))
-    assert "absent" in kept["benchmarks"]
-    assert [row.state for row in rows if row.kind == "benchmark"] == ["missing"]
+    with pytest.raises(VlbenchError) as refused:
+        pf.refuse_missing(config, pf.preflight_rows(config, {}))
+    message = str(refused.value)
+    assert message.startswith(f"nothing to run: every {section[:-1]} misses its local data: ")
+    assert f"{tmp_path}/" in message and "\n" not in message
 
 
 def test_vlbench_preflight_prints_the_table(tmp_path: Path, capsys) -> None:

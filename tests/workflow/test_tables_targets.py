@@ -10,7 +10,12 @@ DIRECTIONS = ["image_to_text", "text_to_image"]
 def test_targets_cover_tables_plots_provenance_and_examples() -> None:
     targets = table_targets(["biomedflickr"], {"b": "paired"}, ["m"], DIRECTIONS, 3)
     assert set(targets) == {
-        *(f"results/tables/paper/biomedflickr.{ext}" for ext in ("md", "csv", "tex", "html")),
+        *(
+            f"results/tables/paper/biomedflickr.{ext}"
+            for ext in ("md", "csv", "tex", "html", "rst", "coverage.json")
+        ),
+        "results/tables/coverage.md",
+        "results/tables/front_page.rst",
         "results/tables/b.html",
         "results/provenance/b.html",
         "results/plots/b/recall_at_k.png",

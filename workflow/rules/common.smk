@@ -9,7 +9,7 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from vlbench.config import pick, result_keys, source_kind, validate_config
+from vlbench.config import pick, result_keys, source_kind
 from vlbench.embedding.shard_files import read_shard_plan
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
@@ -26,12 +26,12 @@ from vlbench.paths import (
     synthetic_source,
 )
 from vlbench.protocols import DIRECTIONS
+from vlbench.report.not_run import not_run_summary
 from vlbench.report.paper_layouts import layouts_for
 from vlbench.report.reference import read_map
 from vlbench.workflow.checks import (
     check_model_keys,
     local_checkpoint,
-    missing_local_paths,
     model_fingerprint,
     model_spec_for_job,
     source_fingerprint,
@@ -41,37 +41,41 @@ from vlbench.workflow.fingerprints import fingerprint
 from vlbench.workflow.lockfile import lock_path, read_lock
 from vlbench.workflow.invocation import plans_only
 from vlbench.workflow.pinning import plan_pins
-from vlbench.workflow.preflight import drop_missing, not_run, preflight_rows, render
+from vlbench.workflow.preflight import (
+    drop_missing,
+    not_run,
+    not_run_rows,
+    preflight_rows,
+    refuse_missing,
+    render,
+)
+from vlbench.workflow.run_config import load_run_config
 from vlbench.workflow.targets import (
     all_targets,
     fewshot_metric_files,
     metric_files,
     outcome_files,
+    table_files,
 )
 from vlbench.warm.client import prewarm
-from vlbench.yaml_files import check_no_duplicate_keys
 
 # The default experiment applies only when no --configfile is given, so a user's config file
-# evaluates exactly its own models and benchmarks.
-if not workflow.overwrite_configfiles:
-
-    configfile: "config/config.yaml"
-
-
+# evaluates exactly its own models and benchmarks. Config files and --config are read by the
+# package: paths relative to the file that writes them, --config typed by the schema.
+DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
 REFERENCE_DIR = Path(workflow.basedir) / "config" / "reference"
 try:
-    for _configfile in workflow.configfiles:
-        check_no_duplicate_keys(_configfile)
-    _validated = validate_config(
-        config,
-        source=", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml",
+    _config_files = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
+    _validated = load_run_config(
+        _config_files,
+        dict(workflow.config_settings.config),
         schema_path=workflow.source_path("../schemas/config.schema.yaml"),
     )
     check_model_keys(_validated)
     _validated = expand_data_root(_validated)
     # Pin on first use: unpinned hub downloads take their commit from the config's lock file; a
     # real run (not a dry run, lint or report) first resolves and locks the missing ones.
-    _config_path = Path(list(workflow.overwrite_configfiles or workflow.configfiles)[-1])
+    _config_path = Path(_config_files[-1])
     _lock = lock_path(_config_path)
     _as_written = _validated
     _validated, _pin_info, _pin_warnings = plan_pins(
@@ -81,12 +85,14 @@ try:
         resolve=workflow.is_main_process and not plans_only(sys.argv[1:]),
     )
     # One table of every model and benchmark and its state; entries whose local data is
-    # missing are left out of the run (missing_data: skip) and marked "not run".
+    # missing are left out of the run (missing_data: skip) and listed in not_run.csv, or
+    # refuse the plan (missing_data: fail, or nothing left to run).
     _preflight = preflight_rows(_as_written, read_lock(_lock))
-    _validated, _preflight = drop_missing(_validated, _preflight)
     for _line in _pin_info:
         logger.info(f"vlbench pins: {_line}")
     logger.info(render(_preflight, f"vlbench preflight of {_config_path} (lock: {_lock}):"))
+    refuse_missing(_as_written, _preflight)
+    _validated, _preflight = drop_missing(_validated, _preflight)
     REFERENCE_CSV = _validated["tables"]["reference"] or str(
         REFERENCE_DIR / "published_results.csv"
     )
@@ -94,19 +100,20 @@ try:
     _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
     raise WorkflowError(str(error)) from None
-# With missing_data: fail, missing user-supplied paths only warn here, so a dry run can plan a
-# paper table before the data is in place; the job that needs one fails with the same line.
-for _line in _pin_warnings + missing_local_paths(_validated):
+for _line in _pin_warnings:
     logger.warning(f"vlbench warning: {_line}")
 config.clear()
 config.update(_validated)
 
 MODELS = sorted(config["models"])
-# Models and benchmarks left out of the run for missing local data (the preflight table).
+# Models and benchmarks left out of the run for missing local data (the preflight table): the
+# paper tables note them, results/tables/not_run.csv lists them with the reason.
 NOT_RUN = not_run(_preflight)
+NOT_RUN_ROWS = not_run_rows(_preflight)
 BENCHMARKS = sorted(config["benchmarks"])
 PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
 ALL_TARGETS = all_targets(config, PAPER_TABLES)
+TABLE_FILES = table_files(config, PAPER_TABLES)
 # Few-shot metric files are metric files too (the tables read them), but have no outcomes.
 METRIC_FILES = metric_files(config) + fewshot_metric_files(config)
 OUTCOME_FILES = outcome_files(config)

@@ -9,8 +9,15 @@ rule tables:
         csv="results/tables/metrics.csv",
         full="results/tables/metrics_full.csv",
         markdown=expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS),
+        not_run="results/tables/not_run.csv",
     params:
         notebook_columns=config["metrics"]["notebook_columns"],
+        # What the plan left out (not_run.csv), and every file results/tables/ holds for this
+        # config: files of an earlier config there (and its benchmarks' plots and provenance)
+        # are moved to results/stale/.
+        not_run=NOT_RUN_ROWS,
+        current=TABLE_FILES,
+        benchmarks=BENCHMARKS,
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -169,3 +176,9 @@ rule provenance:
         "logs/provenance/{benchmark}.log",
     script:
         "../../scripts/provenance.py"
+
+
+# The end of a run says what the plan left out (results/tables/not_run.csv lists it).
+onsuccess:
+    if NOT_RUN_ROWS:
+        logger.info(not_run_summary(NOT_RUN_ROWS, "results/tables/not_run.csv"))

@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +28,12 @@ import numpy as np
 from vlbench.atomic import (
     apply_umask,
     is_no_space,
+    locked_partial,
     no_space_error,
     npy_bytes,
     reserved_npy_memmap,
+    same_file,
+    sweep_partials,
     write_text,
 )
 from vlbench.data.decode_policy import LEGACY, read_policy
@@ -106,7 +108,7 @@ class PixelCache:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except OSError:
                 break  # no locks here
-            if _same_file(fd, lock):
+            if same_file(fd, lock):
                 break
             os.close(fd)
         try:
@@ -121,47 +123,6 @@ class PixelCache:
         if not note.is_file():
             described = {**geometry, "decode_policy": self.policy.as_dict()}
             write_text(note, json.dumps(described, indent=2, sort_keys=True) + "\n")
-
-
-def _try_lock(fd: int) -> bool | None:
-    """Lock `fd` exclusively without waiting: True if locked, False if held, None if unknown."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return None  # no locks on this file system: cannot tell a live writer from a dead one
-    return True
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), os.stat(path))
-    except OSError:
-        return False
-
-
-def remove_stale_partials(path: Path) -> list[Path]:
-    """Delete the partial files of cache shard `path` that no live writer holds; return them.
-
-    A writer holds an exclusive lock on its partial file while it fills it; the lock dies with
-    its process, so a partial nobody holds is left from a killed or failed run.
-    """
-    removed = []
-    for partial in sorted(path.parent.glob(f".{path.name}.*.partial")):
-        try:
-            fd = os.open(partial, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            if _try_lock(fd) and _same_file(fd, partial):
-                partial.unlink(missing_ok=True)
-                removed.append(partial)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return removed
 
 
 class PixelShardWriter:
@@ -182,25 +143,14 @@ class PixelShardWriter:
         self._array: np.memmap | None = None
 
     def _open_partial(self) -> None:
-        """Create and lock this writer's partial file (again if a sweep removed it meanwhile)."""
-        while True:
-            fd, name = tempfile.mkstemp(
-                prefix=f".{self.path.name}.", suffix=".partial", dir=self.path.parent
-            )
-            handle = os.fdopen(fd, "r+b")
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            if _same_file(fd, Path(name)):
-                break
-            handle.close()
-        self._handle, self._tmp = handle, Path(name)
+        """Create and lock this writer's partial file (stale ones of the shard swept first)."""
+        fd, self._tmp = locked_partial(self.path)
+        self._handle = os.fdopen(fd, "r+b")
         apply_umask(self._tmp)
 
     def _start(self, shape: tuple[int, ...]) -> None:
         self.nbytes = npy_bytes(np.uint8, shape)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_partials(self.path)
             self._open_partial()
             assert self._handle is not None
             self._array = reserved_npy_memmap(self._handle, np.uint8, shape)
@@ -247,5 +197,5 @@ class PixelShardWriter:
         finally:
             self._discard()
             with contextlib.suppress(OSError):
-                remove_stale_partials(self.path)
+                sweep_partials(self.path)
         return published

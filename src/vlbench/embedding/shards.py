@@ -32,7 +32,7 @@ from vlbench.embedding.loader import (
     read_column_range,
     stream_image_chunks,
 )
-from vlbench.embedding.models import EmbeddingModel
+from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
 from vlbench.embedding.shard_files import (
     STORAGE_DTYPES,
@@ -230,7 +230,11 @@ def encode_distinct_texts(
     distinct = list(first)
     encoded = []
     for begin in range(0, len(distinct), batch_size):
-        encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        try:
+            encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        except BadEmbeddings as error:  # name the texts' first rows, not the distinct batch's
+            first_rows = [texts.index(distinct[begin + row]) for row in error.rows]
+            raise BadEmbeddings(first_rows, error.reason) from error
         progress(min(batch_size, len(distinct) - begin))
     progress(len(texts) - len(distinct))  # the copies, given their rows without encoding
     return np.concatenate(encoded)[rows], len(distinct)
@@ -251,28 +255,52 @@ def embed_rows(
     if len(ids) != stop - start:
         raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
     chunks: list[np.ndarray] = []
-    with tqdm(
-        total=stop - start,
-        desc=f"embed {modality}s {start}-{stop}",
-        unit=modality,
-        mininterval=5,
-        file=sys.stderr,
-    ) as progress:
-        if modality == "image":
-            for count, inputs in image_input_batches(model, source, start, stop, settings, stats):
-                chunks.append(model.encode_images(inputs))
-                progress.update(count)
-        else:
-            texts = read_column_range(source, "text", start, stop)
-            matrix, distinct = encode_distinct_texts(
-                model, texts, settings.batch_size, settings.trim_text_padding, progress.update
-            )
-            stats["distinct_texts"] = distinct
-            chunks.append(matrix)
+    try:
+        with tqdm(
+            total=stop - start,
+            desc=f"embed {modality}s {start}-{stop}",
+            unit=modality,
+            mininterval=5,
+            file=sys.stderr,
+        ) as progress:
+            if modality == "image":
+                for count, inputs in image_input_batches(
+                    model, source, start, stop, settings, stats
+                ):
+                    chunks.append(model.encode_images(inputs))
+                    progress.update(count)
+            else:
+                texts = read_column_range(source, "text", start, stop)
+                matrix, distinct = encode_distinct_texts(
+                    model, texts, settings.batch_size, settings.trim_text_padding, progress.update
+                )
+                stats["distinct_texts"] = distinct
+                chunks.append(matrix)
+    except BadEmbeddings as error:
+        done = sum(len(chunk) for chunk in chunks) if modality == "image" else 0
+        raise _named(error, model, modality, source, ids, start, done) from error
     matrix = np.concatenate(chunks)
     if len(matrix) != len(ids):
         raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
     return ids, matrix
+
+
+def _named(
+    error: BadEmbeddings,
+    model: EmbeddingModel,
+    modality: str,
+    source: Path,
+    ids: Sequence[str],
+    start: int,
+    offset: int,
+) -> VlbenchError:
+    """The error of a batch with rows that cannot be normalised, naming model, file and items."""
+    shown = ", ".join(
+        f"{ids[offset + row]!r} (row {start + offset + row})" for row in error.rows[:3]
+    )
+    more = f" and {len(error.rows) - 3} more" if len(error.rows) > 3 else ""
+    label = model.source.get("name") or model.source.get("adapter", "?")
+    return VlbenchError(f"model {label}: {source}: {modality} {shown}{more}: {error.reason}")
 
 
 def embed_shard(

@@ -83,13 +83,13 @@ def rank_direction(
         )
     files = {modality: data_dir / name for modality, name in MODALITY_FILES.items()}
     queries = Side(
-        normalise_rows(query_vectors),
+        normalise_rows(query_vectors, str(queries_npy), query_ids),
         query_ids,
         read_groups(files[query_modality], query_modality, query_ids),
         name=f"{query_modality} queries",
     )
     gallery = Side(
-        normalise_rows(gallery_vectors),
+        normalise_rows(gallery_vectors, str(index_path), gallery_ids),
         gallery_ids,
         read_groups(files[gallery_modality], gallery_modality, gallery_ids),
         name=f"{gallery_modality} gallery",

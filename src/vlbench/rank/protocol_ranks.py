@@ -13,7 +13,9 @@ judgements), so the workflow and `vlbench score` share it. Protocols (see vlbenc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -66,12 +68,26 @@ class Side:
         return self.groups
 
 
-def normalise_rows(vectors: np.ndarray) -> np.ndarray:
-    """float32 rows scaled to unit L2 norm (rows already normalised stay bit-identical)."""
+def normalise_rows(
+    vectors: np.ndarray, where: str = "embeddings", ids: Sequence[Any] | None = None
+) -> np.ndarray:
+    """float32 rows scaled to unit L2 norm (rows already normalised stay bit-identical).
+
+    A NaN, infinite or all-zero row is an error naming `where` (the file) and the first such
+    row (and its id, when `ids` are given).
+    """
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1)
-    if np.any(norms == 0) or not np.all(np.isfinite(norms)):
-        raise VlbenchError("embeddings contain an all-zero or non-finite row")
+    for bad, what in (
+        (~np.isfinite(matrix).all(axis=1), "NaN or infinite"),
+        (norms == 0, "all zeros"),
+    ):
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            row = int(rows[0])
+            named = f" (id {ids[row]!r})" if ids is not None else ""
+            more = f"; {len(rows)} such rows" if len(rows) > 1 else ""
+            raise VlbenchError(f"{where}: row {row}{named} is {what}{more}")
     if np.allclose(norms, 1.0, atol=1e-4):
         return matrix
     return matrix / norms[:, None]

@@ -21,6 +21,9 @@ DIRECTION_LABELS = {
     "text_to_image": "text→image",
     "image_to_image": "image→image",
 }
+# How a column names its unit (the `unit` column of metrics_full.csv; percent when absent).
+UNIT_LABELS = {"percent": "%", "rank": "rank"}
+RANK_METRICS = ("mean_rank", "median_rank")
 
 
 def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -53,11 +56,21 @@ def read_full_metrics(path: str | Path) -> pl.DataFrame:
     )
 
 
-def _column(subset: str | None, direction: str, metric: str, k: int | None, subsets: int) -> str:
+def _column(
+    subset: str | None, direction: str, metric: str, k: int | None, subsets: int, unit: str
+) -> str:
     name = "R" if metric == "recall" else metric
     label = f"{DIRECTION_LABELS.get(direction, direction)} {name}"
     label = label if k is None else f"{label}@{k}"
+    label = f"{label} ({UNIT_LABELS.get(unit, unit)})"
     return f"{subset} {label}" if subsets > 1 else label
+
+
+def _unit(row: dict | None, metric: str) -> str:
+    """A metric's unit: its row's `unit` column, else by name (files written before it)."""
+    if row is not None and row.get("unit"):
+        return str(row["unit"])
+    return "rank" if metric in RANK_METRICS else "percent"
 
 
 def _value_with_ci(row: dict) -> str:
@@ -68,9 +81,10 @@ def _value_with_ci(row: dict) -> str:
 
 
 BENCHMARK_LEGEND = (
-    "Values in percent. Recall@k is the hit rate: a query scores when any relevant item is in its "
-    "top k. Brackets hold the 95% t-interval over queries. The chance row is the expected value "
-    "under a random ranking."
+    "Each column names its unit: (%) percent, (rank) the 1-based rank of the first relevant "
+    "item (lower is better). Recall@k is the hit rate: a query scores when any relevant item is "
+    "in its top k. Brackets hold the 95% t-interval over queries. The chance row is the "
+    "expected value under a random ranking."
 )
 
 
@@ -92,8 +106,12 @@ def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list
     key_columns = ["subset", "direction", "metric", "k"]
     keys = rows.select(key_columns).unique().sort(key_columns, nulls_last=True).rows()
     subsets = rows["subset"].n_unique()
-    header = ["model", *[_column(*key, subsets=subsets) for key in keys]]
     lookup = {tuple(r[c] for c in ["model", *key_columns]): r for r in rows.iter_rows(named=True)}
+    first = {tuple(key): row for (_, *key), row in reversed(list(lookup.items()))}
+    header = [
+        "model",
+        *[_column(*key, subsets=subsets, unit=_unit(first.get(key), key[2])) for key in keys],
+    ]
     grid = []
     for model in rows["model"].unique().sort().to_list():
         cells = [

@@ -9,7 +9,7 @@ from typing import Any
 
 from vlbench.config import source_kind
 from vlbench.data.sources.spec import missing_source_files, named_source_paths
-from vlbench.embedding.models import local_paths, looks_like_path
+from vlbench.embedding.models import hub_pins, local_paths, looks_like_path
 from vlbench.errors import VlbenchError
 from vlbench.paths import random_checkpoint
 from vlbench.workflow.fingerprints import fingerprint
@@ -69,8 +69,14 @@ def model_fingerprint(spec: Mapping[str, Any]) -> str:
 
 
 def check_model_keys(config: Mapping[str, Any]) -> None:
-    """Reject model entries whose keys contradict each other."""
+    """Reject model entries whose keys contradict each other, or that name an open_clip
+    pretrained tag open_clip does not list (from the static tag table: no model library is
+    imported)."""
     for key, spec in config["models"].items():
+        try:
+            hub_pins(spec)
+        except VlbenchError as error:
+            raise VlbenchError(f"models.{key}: {error}") from None
         if "random_init_seed" in spec and "pretrained" in spec:
             raise VlbenchError(
                 f"models.{key}: give either 'pretrained' or 'random_init_seed', not both"

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from vlbench.config import validate_config
 from vlbench.errors import VlbenchError
+from vlbench.workflow.checks import check_model_keys
 from vlbench.workflow.lockfile import lock_path, read_lock, write_lock
 from vlbench.workflow.pinning import (
     hub_uses,
@@ -17,7 +17,7 @@ from vlbench.workflow.pinning import (
     summary_lines,
     unlocked,
 )
-from vlbench.yaml_files import read_yaml_mapping
+from vlbench.workflow.run_config import load_run_config
 
 
 def lock_config(
@@ -36,7 +36,8 @@ def lock_config(
     pinned neither in the config nor in the lock, or the lock holds such stale entries (for CI).
     """
     config_path = Path(config_path)
-    config = validate_config(read_yaml_mapping(config_path, "config file"), str(config_path))
+    config = load_run_config([config_path])
+    check_model_keys(config)
     lock = lock_path(config_path)
     uses, pins = hub_uses(config), read_lock(lock)
     failures: list[str] = []

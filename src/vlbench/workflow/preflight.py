@@ -4,9 +4,10 @@ States: pinned / locked / will pin on first use (hub downloads), local file pres
 (synthetic data, random weights), or missing (a local folder or file that is not there, with
 the layout it needs, and for a benchmark whose config names an `importer`, the `vlbench import`
 command that makes the folder from the publisher's files). With `missing_data: skip` (the
-default) planning leaves the missing ones out of the run and the table says "not run";
-`missing_data: fail` plans them anyway, so their jobs fail naming the path.
-`vlbench preflight CONFIG` prints the same table without planning.
+default) planning leaves the missing ones out of the run, the table says "not run" and
+`results/tables/not_run.csv` lists them; with `missing_data: fail`, or when nothing would be
+left to run, planning stops naming every missing path. No job is ever planned that can only fail
+for missing data. `vlbench preflight CONFIG` prints the same table without planning.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from vlbench.config import source_kind
 from vlbench.data.importers import IMPORTERS
 from vlbench.embedding.models.dispatch import local_paths
+from vlbench.errors import VlbenchError
 from vlbench.protocols import PROTOCOLS
 from vlbench.workflow.checks import missing_local_paths
 from vlbench.workflow.lockfile import Pin
@@ -138,26 +140,37 @@ def render(rows: list[Row], title: str) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def refuse_missing(config: Mapping[str, Any], rows: list[Row]) -> None:
+    """Stop planning when missing data cannot be left out: `missing_data: fail`, or every model
+    (or every benchmark) missing, so that nothing would be left to run. The error names every
+    missing path."""
+    missing = [row for row in rows if row.missing]
+    if not missing:
+        return
+    listed = "; ".join(f"{row.kind} {row.key}: {row.detail}" for row in missing)
+    if config.get("missing_data", SKIP) != SKIP:
+        raise VlbenchError(
+            f"missing_data: fail, and {len(missing)} entries miss their local data: {listed}"
+        )
+    for kind in ("model", "benchmark"):
+        entries = [row for row in rows if row.kind == kind]
+        if entries and all(row.missing for row in entries):
+            raise VlbenchError(
+                f"nothing to run: every {kind} misses its local data: {listed} (put the data in "
+                "place, or set data_root; `vlbench preflight CONFIG` shows what is missing)"
+            )
+
+
 def drop_missing(config: Mapping[str, Any], rows: list[Row]) -> tuple[dict[str, Any], list[Row]]:
     """The config without the entries whose local data is missing (`missing_data: skip`), and
-    the rows with their final states.
-
-    When every model (or every benchmark) is missing there is nothing else to run: those are
-    planned anyway, so their jobs fail naming the path, and their rows say "missing".
-    """
+    the rows. Planning calls `refuse_missing` first."""
     kept = copy.deepcopy(dict(config))
     if config.get("missing_data", SKIP) != SKIP:
         return kept, rows
-    final = []
     for row in rows:
-        section = f"{row.kind}s"
-        everything_missing = all(r.missing for r in rows if r.kind == row.kind)
-        if row.missing and everything_missing:
-            row = Row(row.kind, row.key, MISSING, row.detail)
-        elif row.missing:
-            del kept[section][row.key]
-        final.append(row)
-    return kept, final
+        if row.missing:
+            kept[f"{row.kind}s"].pop(row.key, None)
+    return kept, rows
 
 
 def not_run(rows: list[Row]) -> dict[str, list[str]]:
@@ -166,3 +179,16 @@ def not_run(rows: list[Row]) -> dict[str, list[str]]:
         section: sorted(row.key for row in rows if row.state == NOT_RUN and row.kind == kind)
         for section, kind in (("models", "model"), ("benchmarks", "benchmark"))
     }
+
+
+NOT_RUN_COLUMNS = ("kind", "key", "reason", "detail")
+MISSING_DATA = "missing data"
+
+
+def not_run_rows(rows: list[Row]) -> list[dict[str, str]]:
+    """What the plan left out, one mapping per entry (the columns of not_run.csv)."""
+    return [
+        {"kind": row.kind, "key": row.key, "reason": MISSING_DATA, "detail": row.detail}
+        for row in rows
+        if row.state == NOT_RUN
+    ]

@@ -105,3 +105,17 @@ def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[
             config["tables"]["qualitative_queries"],
         )
     )
+
+
+TABLES_DIR = "results/tables/"
+# Outputs of the tables job that no other rule reads as a final target.
+TABLES_JOB_EXTRAS = ("results/tables/metrics_full.csv", "results/tables/not_run.csv")
+
+
+def table_files(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
+    """Every file results/tables/ holds after a run of this config (anything else there is an
+    earlier config's, vlbench.report.stale_outputs)."""
+    targets = all_targets(config, paper_tables)
+    return sorted(
+        {path for path in targets if path.startswith(TABLES_DIR)} | set(TABLES_JOB_EXTRAS)
+    )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from vlbench.data.sources.contained import ContainedFolder, follows_links
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
 
@@ -93,8 +94,10 @@ def _as_list(value: str | list[str] | None, default: list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _annotation_files(root: Path, source: dict[str, Any], where: str) -> list[tuple[Path, Path]]:
-    """(annotation CSV, folder its file paths are relative to) pairs."""
+def _annotation_files(
+    root: Path, source: dict[str, Any], where: str
+) -> list[tuple[Path, ContainedFolder]]:
+    """(annotation CSV, folder its file paths are relative to and must stay inside) pairs."""
     annotations = [root / item for item in _as_list(source.get("annotations"), ["metadata.csv"])]
     images = _as_list(source.get("images"), [])
     if images and len(images) not in (1, len(annotations)):
@@ -104,7 +107,7 @@ def _annotation_files(root: Path, source: dict[str, Any], where: str) -> list[tu
         if not path.is_file():
             raise VlbenchError(f"{where}.annotations: file not found: {path}")
         folder = root / images[min(number, len(images) - 1)] if images else path.parent
-        pairs.append((path, folder))
+        pairs.append((path, ContainedFolder(folder, follows_links(source))))
     return pairs
 
 
@@ -146,7 +149,8 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
                 raise VlbenchError(f"{path}: line {number}: empty file path or class")
             classes.setdefault(text)
             image_id = f"{path.stem}/{relative}" if prefix_ids else relative
-            records.append((image_id, folder / relative, text, f"{path}: line {number}"))
+            line = f"{path}: line {number}"
+            records.append((image_id, folder.path(relative, line), text, line))
     prompts = templates(benchmark.get("templates", "openai_imagenet"))
     texts = [
         (f"c{ci:05d}-t{ti:02d}", prompt(text), text)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vlbench.data.sources.contained import ContainedFolder, follows_links
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
 
@@ -34,7 +35,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     annotations = root / source.get("annotations", "annotations.csv")
     if not annotations.is_file():
         raise VlbenchError(f"{where}.annotations: file not found: {annotations}")
-    folder = root / source.get("images", ".")
+    folder = ContainedFolder(root / source.get("images", "."), follows_links(source))
     name = source.get("image_name", "{id}.jpg")
     verify = source.get("verify_md5", True)
     prefix = benchmark.get("prompt_prefix", "")
@@ -58,7 +59,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
             raise VlbenchError(f"{annotations}: line {line}: the caption is empty")
         texts.append((item_id, prefix + caption, None))
         md5 = row.get(columns["md5"]) if verify else None
-        path = folder / name.format(id=item_id)
+        path = folder.path(name.format(id=item_id), f"{annotations}: line {line}")
         records.append(
             ImageRecord(item_id, checked_reader(path, md5), None, f"{annotations}: line {line}")
         )

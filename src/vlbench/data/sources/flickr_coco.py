@@ -19,6 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from vlbench.data.sources.contained import (
+    ContainedFolder,
+    follows_links,
+    member_name,
+    relative_inside,
+)
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
 
@@ -61,6 +67,13 @@ def load_nlphuji(
     texts: Texts = []
     qrels: Qrels = []
     for line, row in enumerate(rows, start=2):
+        # Matched by file name to a member of the zip: a bare name, never a path out of it.
+        name = relative_inside(row["filename"], f"{table}: line {line}", f"the archive {archive}")
+        if len(name.parts) != 1:
+            raise VlbenchError(
+                f"{table}: line {line}: 'filename' {row['filename']!r} must be a bare file name "
+                f"(images are matched by name in {archive})"
+            )
         try:
             captions = json.loads(row["raw"])
         except json.JSONDecodeError as exc:
@@ -72,7 +85,7 @@ def load_nlphuji(
     def images() -> Iterator[ImageRecord]:
         with zipfile.ZipFile(archive) as zipped:
             members = {
-                PurePosixPath(name).name: name
+                PurePosixPath(name).name: member_name(name, archive)
                 for name in zipped.namelist()
                 if not name.endswith("/")
             }
@@ -106,7 +119,7 @@ def _samples(shard: Path, want_images: bool) -> Iterator[tuple[str, dict[str, by
         for member in tar:
             if not member.isfile():
                 continue
-            directory, _, base = member.name.rpartition("/")
+            directory, _, base = member_name(member.name, shard).rpartition("/")
             stem, dot, extension = base.partition(".")
             if not dot:
                 continue
@@ -155,12 +168,13 @@ def load_karpathy(
     subset = source.get("subset", "test")
     if subset not in KARPATHY_SUBSETS:
         raise VlbenchError(f"{where}.subset must be one of {', '.join(KARPATHY_SUBSETS)}")
-    folder = root / source.get("images", ".")
+    folder = ContainedFolder(root / source.get("images", "."), follows_links(source))
     try:
         entries = json.loads(annotations.read_text(encoding="utf-8"))["images"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise VlbenchError(f"{annotations}: not a Karpathy split file ({exc})") from exc
-    chosen = [e for e in entries if e.get("split") in KARPATHY_SUBSETS[subset]]
+    numbered = [(n, e) for n, e in enumerate(entries) if e.get("split") in KARPATHY_SUBSETS[subset]]
+    chosen = [entry for _, entry in numbered]
     texts: Texts = []
     qrels: Qrels = []
     for entry in chosen:
@@ -169,9 +183,16 @@ def load_karpathy(
             raise VlbenchError(f"{annotations}: image {entry.get('filename')!r} has no sentences")
         _captions(entry["filename"], captions, texts, qrels, judged=entry["split"] == "test")
 
+    paths = [
+        folder.path(
+            str(PurePosixPath(entry.get("filepath", "")) / entry["filename"]),
+            f"{annotations}: images[{number}]",
+        )
+        for number, entry in numbered
+    ]
+
     def images() -> Iterator[ImageRecord]:
-        for entry in chosen:
-            path = folder / entry.get("filepath", "") / entry["filename"]
+        for entry, path in zip(chosen, paths, strict=True):
             yield ImageRecord(entry["filename"], path.read_bytes, None, str(annotations))
 
     splits = sorted({e["split"] for e in chosen})

@@ -16,6 +16,7 @@ from typing import Any
 
 _HOMES = {
     "PRECISIONS": "base",
+    "BadEmbeddings": "base",
     "EmbeddingModel": "base",
     "normalise": "base",
     "pick_device": "base",

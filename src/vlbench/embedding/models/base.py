@@ -32,14 +32,28 @@ def check_precision(label: str, precision: str, device: torch.device) -> None:
         raise VlbenchError(f"model {label}: fp16 needs a GPU; use fp32 or bf16 on the CPU")
 
 
+class BadEmbeddings(VlbenchError):
+    """A batch with rows that cannot be normalised; `rows` are their positions in the batch.
+
+    The embedding job names the model, the file and the items (vlbench.embedding.shards).
+    """
+
+    def __init__(self, rows: list[int], reason: str) -> None:
+        super().__init__(f"{reason} (batch rows {rows[:5]})")
+        self.rows, self.reason = rows, reason
+
+
 def normalise(features: torch.Tensor) -> np.ndarray:
     """L2-normalise rows in float32; fail if a model produced NaN, infinite or zero vectors."""
     features = features.float()
-    if not torch.isfinite(features).all():
-        raise VlbenchError("the model produced NaN or infinite embeddings")
+    finite = torch.isfinite(features).all(dim=-1)
+    if not finite.all():
+        rows = torch.nonzero(~finite).flatten().tolist()
+        raise BadEmbeddings(rows, "the model produced NaN or infinite embeddings")
     norms = features.norm(dim=-1, keepdim=True)
     if (norms == 0).any():
-        raise VlbenchError("the model produced an all-zero embedding, which cannot be normalised")
+        rows = torch.nonzero(norms.flatten() == 0).flatten().tolist()
+        raise BadEmbeddings(rows, "the model produced an all-zero embedding")
     return (features / norms).cpu().numpy().astype(np.float32, copy=False)
 
 

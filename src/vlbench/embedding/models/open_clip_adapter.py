@@ -18,7 +18,12 @@ from vlbench.atomic import atomic_path
 from vlbench.embedding.models import hub, quickgelu
 from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
 from vlbench.embedding.models.causal_text import padding_trimmed_text_encoder
-from vlbench.embedding.models.checkpoints import checkpoint_keys, read_state_dict
+from vlbench.embedding.models.checkpoints import (
+    check_torch_file,
+    checkpoint_keys,
+    read_state_dict,
+    state_dict_mismatch,
+)
 from vlbench.embedding.models.hub import looks_like_path
 from vlbench.embedding.models.projections import (
     DEFAULT_IMAGE_PROJECTION,
@@ -234,18 +239,20 @@ def _load_weights(
         except RuntimeError as exc:
             raise VlbenchError(
                 f"model {label}: {source.checkpoint} does not fit the architecture "
-                f"({str(exc).splitlines()[0]})"
+                f"({state_dict_mismatch(exc)})"
             ) from exc
         source.record["image_projection"] = projection
         return
     if projection != DEFAULT_IMAGE_PROJECTION:
         select_image_projection({}, projection, label)  # raises: only one projection here
+    if source.checkpoint.suffix not in (".npz", ".safetensors"):
+        check_torch_file(source.checkpoint)
     try:
         load_checkpoint(model, str(source.checkpoint), strict=True, weights_only=True)
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise VlbenchError(
-            f"model {label}: {source.checkpoint} does not fit the architecture ({first_line})"
+            f"model {label}: {source.checkpoint} does not fit the architecture "
+            f"({state_dict_mismatch(exc)})"
         ) from exc
 
 

@@ -8,8 +8,8 @@ table instead, `open_clip_tags.json`, written from the installed open_clip's reg
     python -m vlbench.embedding.models.open_clip_tags
 
 and checked against that registry by a test, so an open_clip upgrade that changes it fails the
-suite until the table is written again. A (name, tag) pair missing from the table (a newer
-open_clip) falls back to asking open_clip itself.
+suite until the table is written again. A (name, tag) pair the table does not list is one
+open_clip does not have either: it is refused at plan time, naming the tags the name has.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+from vlbench.errors import VlbenchError
 
 TABLE = Path(__file__).with_name("open_clip_tags.json")
 
@@ -45,14 +47,28 @@ def _static_table() -> dict[str, dict[str, str | None]]:
     return json.loads(TABLE.read_text(encoding="utf-8"))
 
 
-def tag_hub_repo(name: str, tag: str) -> str | None:
-    """The hub repository behind open_clip's (name, tag), or None when it downloads by URL."""
-    known = _static_table().get(name, {})
-    if tag in known:
-        return known[tag]
-    from open_clip.pretrained import get_pretrained_cfg  # not in the table: ask open_clip
+def clean_tag(tag: str) -> str:
+    """A tag as open_clip looks it up (`open_clip.pretrained._clean_tag`)."""
+    return tag.lower().replace("-", "_")
 
-    return hub_repo_of(get_pretrained_cfg(name, tag))
+
+def tag_hub_repo(name: str, tag: str) -> str | None:
+    """The hub repository behind open_clip's (name, tag), or None when it downloads by URL.
+
+    Raises VlbenchError when open_clip has no such tag for the name, naming those it has.
+    """
+    known = _static_table().get(name)
+    if not known:
+        raise VlbenchError(
+            f"open_clip has no pretrained weights for {name!r} (pretrained {tag!r}): give a "
+            "local checkpoint file as 'pretrained', or a name open_clip lists weights for"
+        )
+    if clean_tag(tag) not in known:
+        raise VlbenchError(
+            f"open_clip has no pretrained tag {tag!r} for {name!r}; its tags: "
+            f"{', '.join(sorted(known))}"
+        )
+    return known[clean_tag(tag)]
 
 
 def write_table(path: Path = TABLE) -> None:

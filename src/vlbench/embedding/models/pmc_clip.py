@@ -28,7 +28,11 @@ from torch import nn
 
 from vlbench.embedding.models import hub
 from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
-from vlbench.embedding.models.checkpoints import read_state_dict, torch_load
+from vlbench.embedding.models.checkpoints import (
+    read_state_dict,
+    state_dict_mismatch,
+    torch_load,
+)
 from vlbench.embedding.models.hf_clip import HfTokenizer
 from vlbench.embedding.models.transforms import build_image_transform, describe_open_clip
 from vlbench.errors import VlbenchError
@@ -122,7 +126,7 @@ def _load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str) -
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise VlbenchError(f"{what}: weights do not fit ({str(exc).splitlines()[0]})") from exc
+        raise VlbenchError(f"{what}: weights do not fit ({state_dict_mismatch(exc)})") from exc
 
 
 def _split_weights(directory: Path) -> list[Path] | None:
