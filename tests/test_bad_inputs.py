@@ -98,7 +98,9 @@ MATRIX_ELSEWHERE = {
     "left out for missing data: not_run.csv and the run's last line": (
         "test_workflow_e2e.py::test_switching_configs_leaves_only_the_current_configs_tables"
     ),
-    "units per metric in the tables": "test_benchmark_table_units.py::test_each_column_names_its_unit",
+    "units per metric in the tables": (
+        "test_benchmark_table_units.py::test_each_column_names_its_unit"
+    ),
     "partials of a killed writer, every stage": (
         "test_stage_partials.py::test_a_stage_killed_before_its_rename_is_swept_by_its_next_run"
     ),

@@ -64,7 +64,7 @@ def zeroshot_config(root: Path) -> dict:
             BENCHMARK: {
                 "protocol": "zeroshot",
                 "text_type": "taxon_com",
-                "source": {"path": str(root), "columns": {"file": "file_name"}},
+                "source": {"path": str(root), "columns": {"file": "file_name", "common": "common"}},
                 "k": [1, 5],
             }
         },
