@@ -56,6 +56,8 @@ def test_every_cell_of_every_configured_model_is_filled(runs, name: str) -> None
         assert set(coverage["reasons"]) <= {"not reproducible"}, coverage["line"]
     lines = (workdir / "results" / "tables" / "coverage.md").read_text(encoding="utf-8")
     assert all(coverage["line"] in lines for coverage in tables.values())
+    # The run ends with the same lines.
+    assert all(coverage["line"] in result.stdout + result.stderr for coverage in tables.values())
 
 
 def test_biovita_has_both_directions_of_both_subsets(runs) -> None:

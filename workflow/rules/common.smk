@@ -29,6 +29,7 @@ from vlbench.protocols import DIRECTIONS
 from vlbench.report.not_run import not_run_summary
 from vlbench.report.paper_layouts import layouts_for
 from vlbench.report.reference import read_map
+from vlbench.report.summary import coverage_lines_of
 from vlbench.workflow.checks import (
     check_model_keys,
     local_checkpoint,

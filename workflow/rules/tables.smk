@@ -178,7 +178,10 @@ rule provenance:
         "../../scripts/provenance.py"
 
 
-# The end of a run says what the plan left out (results/tables/not_run.csv lists it).
+# The end of a run says what the plan left out (results/tables/not_run.csv lists it) and how
+# much of each paper table it filled (results/tables/coverage.md).
 onsuccess:
     if NOT_RUN_ROWS:
         logger.info(not_run_summary(NOT_RUN_ROWS, "results/tables/not_run.csv"))
+    for _line in coverage_lines_of("results/tables/coverage.md"):
+        logger.info(_line)

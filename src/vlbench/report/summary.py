@@ -23,6 +23,17 @@ def coverage_lines(coverage_files: Sequence[str | Path]) -> list[str]:
     return lines
 
 
+def coverage_lines_of(markdown_path: str | Path) -> list[str]:
+    """The lines of a written coverage.md, headed by where they come from (none if absent)."""
+    path = Path(markdown_path)
+    if not path.is_file():
+        return []
+    lines = [
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("- ")
+    ]
+    return [f"Paper tables ({path}):", *lines] if lines else []
+
+
 def coverage_markdown(lines: Sequence[str]) -> str:
     """results/tables/coverage.md: one line per paper table."""
     body = [f"- {line}" for line in lines] or [NO_TABLES]
