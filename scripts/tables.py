@@ -1,10 +1,5 @@
 """Rule tables: results/tables/metrics.csv, metrics_full.csv and a Markdown table per benchmark."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from pathlib import Path
 
 from vlbench.report.tables import write_tables

@@ -8,7 +8,7 @@ names both choices; `FORMAT_POLICIES` holds the default of each source format (i
 is documented in config/README.md). The prepare job writes the resolved policy into the images
 parquet's schema metadata, so every reader of that file decodes it the same way.
 
-This module imports neither torch nor PIL: planning and shard plans read it.
+This module imports neither torch nor PIL: planning and shard digests read it.
 """
 
 from __future__ import annotations
