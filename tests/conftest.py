@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,6 @@ from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test
 from workflow_helpers import run_in_own_session, write_shared_demo
 
 from vlbench.hashing import CHECKSUM_CACHE_ENV
-from vlbench.warm.client import WORKER_DIR_ENV, stop_workers
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
@@ -41,25 +39,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def warm_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This test process's own warm embedding workers, stopped when it ends.
-
-    Workflow runs started by the tests inherit the folder, so their embedding jobs share this
-    process's workers (one per environment) instead of a user's.
-    """
-    folder = tmp_path_factory.mktemp("warm-workers")
-    folder.chmod(0o700)
-    previous = os.environ.get(WORKER_DIR_ENV)
-    os.environ[WORKER_DIR_ENV] = str(folder)
-    yield folder
-    stop_workers(folder)
-    if previous is None:
-        os.environ.pop(WORKER_DIR_ENV, None)
-    else:
-        os.environ[WORKER_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)

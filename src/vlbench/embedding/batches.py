@@ -62,7 +62,8 @@ def _cached_batches(
     pipeline: ImagePipeline, pixels: np.ndarray, batch_size: int
 ) -> Iterator[torch.Tensor]:
     for begin in range(0, len(pixels), batch_size):
-        yield pipeline.to_model_input(torch.from_numpy(np.array(pixels[begin : begin + batch_size])))
+        batch = np.array(pixels[begin : begin + batch_size])
+        yield pipeline.to_model_input(torch.from_numpy(batch))
 
 
 class _Decode:
@@ -98,6 +99,9 @@ class _Decode:
                 yield pipeline.to_model_input(item["pixels"])
             success = True
         finally:
+            # Stop the decode workers now, not when the garbage collector gets to them: they
+            # hold the cache's lock file open (a traceback keeps this frame's locals alive).
+            chunks.close()
             if writer is not None and cache is not None and writer.close(success):
                 cache.describe(
                     {
