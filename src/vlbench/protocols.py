@@ -1,10 +1,11 @@
 """The protocol registry: every stage asks here what a benchmark's protocol implies.
 
-One record per protocol: its directions, the source formats it reads (the first is the default),
-how its ranks are computed, which metric family it reports, and what else it needs or makes.
-Protocol names appear as string literals only here (and in the config schema, whose enum a test
-keeps equal to `PROTOCOLS`). Adding a protocol: a record here, its ranking in
-`vlbench.rank.protocol_ranks`, its metrics in `vlbench.metrics.specs`.
+One record per protocol: its directions, how its ranks are computed, which metric family it
+reports, and what else it needs or makes. Protocol names appear as string literals only here
+(other modules use the names below; the config schema's enum is checked against `PROTOCOLS` in
+tests/test_registries.py). Adding a protocol: a record here, its ranking in
+`vlbench.rank.protocol_ranks`, its metrics in `vlbench.metrics.specs`, and the source formats
+that feed it in `vlbench.data.sources.FORMATS`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vlbench.errors import VlbenchError
+
+PAIRED = "paired"
+MULTI_POSITIVE = "multi_positive"
+TAXON_CANDIDATES = "taxon_candidates"
+ZEROSHOT = "zeroshot"
+RERANK = "rerank"
 
 # direction -> (query modality, gallery modality)
 DIRECTIONS = {"image_to_text": ("image", "text"), "text_to_image": ("text", "image")}
@@ -24,10 +31,6 @@ class Protocol:
 
     name: str
     directions: tuple[str, ...]
-    # Source formats it reads (`vlbench.data.sources.FORMATS`), and the one read when a source
-    # names none (None: `format` is required).
-    formats: tuple[str, ...]
-    default_format: str | None
     # How ranks are computed (`vlbench.rank.protocol_ranks.RANKERS`): "judged" (relevance
     # judgements, optionally restricted to candidate lists), "pooled_groups" (each query's
     # candidate taxa, scored by the max over their entries), "classes" (class prototypes).
@@ -54,45 +57,35 @@ PROTOCOLS: dict[str, Protocol] = {
     record.name: record
     for record in (
         Protocol(
-            "paired",
+            PAIRED,
             BOTH,
-            formats=("hf_parquet", "annotation_csv"),
-            default_format="hf_parquet",
             ranking="judged",
             metrics="recall",
             item_retrieval=True,
         ),
         Protocol(
-            "multi_positive",
+            MULTI_POSITIVE,
             BOTH,
-            formats=("nlphuji_csv_zip", "clip_benchmark_wds", "karpathy_json"),
-            default_format=None,
             ranking="judged",
             metrics="multi_recall",
             item_retrieval=True,
         ),
         Protocol(
-            "taxon_candidates",
+            TAXON_CANDIDATES,
             ("image_to_text",),
-            formats=("biovita",),
-            default_format="biovita",
             ranking="pooled_groups",
             metrics="taxon_top_k",
         ),
         Protocol(
-            "zeroshot",
+            ZEROSHOT,
             ("image_to_text",),
-            formats=("imagefolder_csv",),
-            default_format="imagefolder_csv",
             ranking="classes",
             metrics="classification",
             per_class=True,
         ),
         Protocol(
-            "rerank",
+            RERANK,
             ("text_to_image",),
-            formats=("inquire",),
-            default_format="inquire",
             ranking="judged",
             metrics="average_precision",
             candidates_required=True,
@@ -108,11 +101,3 @@ def protocol(name: str) -> Protocol:
         return PROTOCOLS[name]
     except KeyError:
         raise VlbenchError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
-
-
-def protocol_of_format(format_name: str) -> Protocol:
-    """The protocol a source format feeds."""
-    for record in PROTOCOLS.values():
-        if format_name in record.formats:
-            return record
-    raise VlbenchError(f"source format {format_name!r} feeds no protocol")
