@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test)
-from workflow_helpers import run_in_own_session, write_shared_demo
+from workflow_helpers import run_watching_processes, write_shared_demo
 
 from vlbench.hashing import CHECKSUM_CACHE_ENV
 
@@ -81,8 +81,10 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
             shutil.rmtree(workdir, ignore_errors=True)  # a failed attempt's leftovers
             workdir.mkdir()
             write_shared_demo(workdir)
-            for extra in ((), ("--report", "results/report.html")):
-                result = run_in_own_session(workdir, *extra)
+            # Every process the two runs start is watched: `demo_leftovers` lists any left.
+            for extra, name in (((), "run"), (("--report", "results/report.html"), "report")):
+                leftovers = root / f"demo-run.{name}.leftovers.json"
+                result = run_watching_processes(workdir, leftovers, *extra)
                 assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             finished.touch()
     return workdir

@@ -6,6 +6,8 @@ package can fill them in (`str.format`) for a given model or benchmark.
 
 from __future__ import annotations
 
+from vlbench.protocols import DIRECTIONS, Protocol
+
 SYNTHETIC_SOURCE = "results/sources/{benchmark}"
 RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
@@ -41,3 +43,23 @@ METRICS = "results/metrics/{model}/{benchmark}/{direction}.csv"
 OUTCOMES = "results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet"
 PER_CLASS = "results/metrics/{model}/{benchmark}/per_class.csv"
 TIMINGS_DIR = "results/timings"
+
+
+def galleries(protocol: Protocol) -> list[str]:
+    """The gallery modalities a protocol's directions search, in direction order."""
+    return list(dict.fromkeys(DIRECTIONS[direction][1] for direction in protocol.directions))
+
+
+def evaluation_outputs(protocol: Protocol) -> dict[str, str]:
+    """The named files of one evaluation job of a protocol (patterns with model and
+    benchmark): `index_<gallery>`, `ranks_<direction>`, `metrics_<direction>`,
+    `outcomes_<direction>`, and `per_class` for a protocol with a per-class table."""
+    outputs = {
+        f"index_{gallery}": INDEX.replace("{modality}", gallery) for gallery in galleries(protocol)
+    }
+    for direction in protocol.directions:
+        for kind, pattern in (("ranks", RANKS), ("metrics", METRICS), ("outcomes", OUTCOMES)):
+            outputs[f"{kind}_{direction}"] = pattern.replace("{direction}", direction)
+    if protocol.per_class:
+        outputs["per_class"] = PER_CLASS
+    return outputs

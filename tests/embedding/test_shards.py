@@ -27,7 +27,7 @@ from vlbench import atomic
 from vlbench.data.canonical import TEXTS_SCHEMA
 from vlbench.embedding import job as embedding_job
 from vlbench.embedding.encode import embed_rows
-from vlbench.embedding.job import EmbeddingJob, embed_modality
+from vlbench.embedding.job import EmbeddingJob, embed_with_loaded_model
 from vlbench.embedding.models import EmbeddingModel, register_model_config
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import (
@@ -81,31 +81,14 @@ def benchmark_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     return directory, images
 
 
-def embed_in_process(
-    model: EmbeddingModel, source: Path, modality: str, settings: EmbedSettings, out: Path
-) -> Path:
-    """One modality through the embedding job's own loop, shards stored under `out/shards`."""
-    spec = {"name": "vlbench-tiny"}
-    identity = {"model": spec, "embedding": result_settings(settings)}
-    target = MatrixFiles.at(out / modality)
-    embed_modality(
-        lambda: (model, {"model": spec}),
-        source,
-        modality,
-        settings,
-        identity,
-        out / "shards",
-        target,
-    )
-    return target.embeddings
-
-
 def run(model, directory: Path, out: Path, modality: str, **changes) -> Path:
     settings = EmbedSettings.from_config(
         "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), **changes
     )
     source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
-    return embed_in_process(model, source, modality, settings, out / "emb")
+    return embed_with_loaded_model(
+        model, {"name": "vlbench-tiny"}, source, modality, settings, out / "emb"
+    )
 
 
 def test_sharded_images_equal_the_reference_and_are_gathered_in_order(
@@ -387,7 +370,9 @@ def test_identical_texts_in_different_shards_get_one_embedding(tmp_path: Path) -
     pq.write_table(pa.table([ids, texts, nulls], schema=TEXTS_SCHEMA), source, row_group_size=7)
     model = wide_text_model(tmp_path)
     settings = EmbedSettings.from_config("bench", batch_size=5, shard_size=16)
-    out = embed_in_process(model, source, "text", settings, tmp_path / "emb")
+    out = embed_with_loaded_model(
+        model, {"name": "vlbench-wide-text"}, source, "text", settings, tmp_path / "emb"
+    )
     matrix, got_ids = load_embeddings(out, tmp_path / "emb" / "text.ids.parquet")
     assert list(got_ids) == ids
     first = [texts.index(text) for text in texts]

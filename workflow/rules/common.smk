@@ -11,7 +11,6 @@ from snakemake.logging import logger
 from vlbench.config import pick, result_keys, source_kind, validate_config
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
-from vlbench.metrics.evaluate import output_patterns
 from vlbench.paths import (
     EMBEDDING_SHARDS,
     EMBEDDINGS_DIR,
@@ -20,6 +19,7 @@ from vlbench.paths import (
     SYNTHETIC_SOURCE,
     TIMINGS_DIR,
     modality_file,
+    evaluation_outputs as protocol_outputs,
     synthetic_source,
 )
 from vlbench.protocols import DIRECTIONS, protocol as protocol_record
@@ -221,7 +221,7 @@ def benchmarks_pattern(protocol):
 
 def evaluation_outputs(protocol):
     """The named files an evaluate rule writes for its protocol."""
-    return output_patterns(protocol_record(protocol))
+    return protocol_outputs(protocol_record(protocol))
 
 
 def evaluation_inputs(wildcards):

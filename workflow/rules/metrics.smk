@@ -2,7 +2,7 @@
 # direction of the benchmark's protocol exactly and computes its metrics (and, for zero-shot,
 # the per-class table); then the paired tests between models.
 # Protocols differ in their directions, so each protocol in use has its own rule,
-# evaluate_<protocol>, declaring that protocol's files (vlbench.metrics.evaluate.output_patterns):
+# evaluate_<protocol>, declaring that protocol's files (vlbench.paths.evaluation_outputs):
 # results/index/{model}/{benchmark}/<gallery>.faiss, and per direction
 # results/ranks/{model}/{benchmark}/<direction>.parquet and
 # results/metrics/{model}/{benchmark}/<direction>.csv (+ .outcomes.parquet).

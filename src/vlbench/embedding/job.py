@@ -23,7 +23,7 @@ import torch
 from vlbench.embedding.encode import embed_shard
 from vlbench.embedding.gpu_slots import claim_gpu
 from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
-from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards, plan_shards
 from vlbench.hashing import weights_sha256
 
@@ -96,6 +96,31 @@ def embed_modality(
         records.append({**record, "reused": reused})
     gather_shards([store.files(shard) for shard in shards], records, out)
     return records
+
+
+def embed_with_loaded_model(
+    model: EmbeddingModel,
+    spec: dict[str, Any],
+    source: Path,
+    modality: str,
+    settings: EmbedSettings,
+    out_dir: Path,
+) -> Path:
+    """One modality through a model loaded already, with the workflow's files and resume rule:
+    shards stored under `out_dir/shards/<modality>/`, gathered into `out_dir/<modality>.npy`
+    (returned)."""
+    identity = {"model": spec, "embedding": result_settings(settings)}
+    out = MatrixFiles.at(Path(out_dir) / modality)
+    embed_modality(
+        lambda: (model, {"model": spec}),
+        source,
+        modality,
+        settings,
+        identity,
+        Path(out_dir) / "shards",
+        out,
+    )
+    return out.embeddings
 
 
 def log_shard(record: dict[str, Any], reused: bool) -> None:

@@ -14,28 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.metrics.job import write_metrics, write_per_class
-from vlbench.paths import INDEX, METRICS, OUTCOMES, PER_CLASS, RANKS
+from vlbench.paths import galleries
 from vlbench.protocols import DIRECTIONS, Protocol
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction
-
-
-def galleries(protocol: Protocol) -> list[str]:
-    """The gallery modalities a protocol's directions search, in direction order."""
-    return list(dict.fromkeys(DIRECTIONS[direction][1] for direction in protocol.directions))
-
-
-def output_patterns(protocol: Protocol) -> dict[str, str]:
-    """The evaluate rule's named outputs for a protocol (patterns with model and benchmark)."""
-    outputs = {
-        f"index_{gallery}": INDEX.replace("{modality}", gallery) for gallery in galleries(protocol)
-    }
-    for direction in protocol.directions:
-        for kind, pattern in (("ranks", RANKS), ("metrics", METRICS), ("outcomes", OUTCOMES)):
-            outputs[f"{kind}_{direction}"] = pattern.replace("{direction}", direction)
-    if protocol.per_class:
-        outputs["per_class"] = PER_CLASS
-    return outputs
 
 
 @dataclass(frozen=True)
@@ -50,7 +32,7 @@ class EvaluationFiles:
 
     @classmethod
     def from_outputs(cls, protocol: Protocol, outputs: Mapping[str, Any]) -> EvaluationFiles:
-        """The files of a job's named outputs (the names of `output_patterns`)."""
+        """The files of a job's named outputs (the names of `paths.evaluation_outputs`)."""
 
         def by(kind: str, keys: list[str]) -> dict[str, Path]:
             return {key: Path(outputs[f"{kind}_{key}"]) for key in keys}
