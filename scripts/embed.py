@@ -31,7 +31,6 @@ with rule_log(snakemake.log[0]) as log:
         },
         resume_dir=Path(snakemake.params.resume_dir),
     )
-    shards = run(job)
-    log.info(
-        "%s", ", ".join(f"{len(records)} {modality} shard(s)" for modality, records in shards.items())
-    )
+    for modality, records in run(job).items():
+        reused = sum(record["reused"] for record in records)
+        log.info("%s: %d shard(s), %d of them reused", modality, len(records), reused)

@@ -68,7 +68,7 @@ def test_report_holds_provenance(demo_run: Path) -> None:
     provenance = next(page for page in pages if "Provenance" in page)
     weights = hashlib.sha256((demo_run / "results/checkpoints/tiny.pt").read_bytes()).hexdigest()
     assert weights in provenance
-    for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "rank"):
+    for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "evaluate"):
         assert expected in provenance, expected
     assert importlib.metadata.version("open_clip_torch") in provenance
     metrics = next(page for page in pages if "Provenance" not in page)

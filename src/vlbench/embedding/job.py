@@ -58,43 +58,24 @@ def run(job: EmbeddingJob) -> dict[str, list[dict[str, Any]]]:
     each modality's shard records."""
     torch.set_num_threads(job.settings.threads)
     model = ModelOnce(job.model, job.identity, job.settings.batch_size)
-    return {
-        modality: embed_modality(
-            model,
-            job.sources[modality],
-            modality,
-            job.settings,
-            job.identity,
-            job.resume_dir,
-            job.outputs[modality],
-        )
-        for modality in MODALITY_ORDER
-    }
+    return {modality: embed_modality(job, modality, model) for modality in MODALITY_ORDER}
 
 
-def embed_modality(
-    load: LoadModel,
-    source: Path,
-    modality: str,
-    settings: EmbedSettings,
-    identity: dict[str, Any],
-    resume_dir: Path,
-    out: MatrixFiles,
-) -> list[dict[str, Any]]:
-    """Embed every shard of one modality not stored under `resume_dir/<modality>/` with its
-    current content key, then gather them into `out`; return the shards' records."""
-    store = ShardStore(Path(resume_dir) / modality, identity)
-    shards = plan_shards(modality, source, settings.shard_size)
+def embed_modality(job: EmbeddingJob, modality: str, load: LoadModel) -> list[dict[str, Any]]:
+    """Embed every shard of one modality not stored in the job's resume folder under its
+    current content key, then gather them into the modality's outputs; return the records."""
+    store = ShardStore(job.resume_dir / modality, job.identity)
+    shards = plan_shards(modality, job.sources[modality], job.settings.shard_size)
     records = []
     for shard in shards:
         record = store.stored(shard)
         reused = record is not None
         if record is None:
             model, model_record = load()
-            record = store.save(shard, *embed_shard(model, model_record, shard, settings))
+            record = store.save(shard, *embed_shard(model, model_record, shard, job.settings))
         log_shard(record, reused)
         records.append({**record, "reused": reused})
-    gather_shards([store.files(shard) for shard in shards], records, out)
+    gather_shards([store.files(shard) for shard in shards], records, job.outputs[modality])
     return records
 
 
@@ -109,17 +90,16 @@ def embed_with_loaded_model(
     """One modality through a model loaded already, with the workflow's files and resume rule:
     shards stored under `out_dir/shards/<modality>/`, gathered into `out_dir/<modality>.npy`
     (returned)."""
-    identity = {"model": spec, "embedding": result_settings(settings)}
     out = MatrixFiles.at(Path(out_dir) / modality)
-    embed_modality(
-        lambda: (model, {"model": spec}),
-        source,
-        modality,
-        settings,
-        identity,
-        Path(out_dir) / "shards",
-        out,
+    job = EmbeddingJob(
+        model=spec,
+        identity={"model": spec, "embedding": result_settings(settings)},
+        settings=settings,
+        sources={modality: Path(source)},
+        outputs={modality: out},
+        resume_dir=Path(out_dir) / "shards",
     )
+    embed_modality(job, modality, lambda: (model, {"model": spec}))
     return out.embeddings
 
 
