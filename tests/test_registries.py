@@ -4,7 +4,8 @@ and the schema, and this test says when the two disagree."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import importlib
+from collections.abc import Iterable
 from typing import Any, get_args
 
 import pytest
@@ -12,96 +13,41 @@ from workflow_helpers import SCHEMA
 
 from vlbench.config import load_schema
 
-
-def _protocols() -> Iterable[str]:
-    from vlbench.protocols import PROTOCOLS
-
-    return PROTOCOLS
-
-
-def _formats() -> Iterable[str]:
-    from vlbench.data.sources import FORMATS
-
-    return FORMATS
-
-
-def _adapters() -> Iterable[str]:
-    from vlbench.embedding.models.dispatch import ADAPTERS
-
-    return ADAPTERS
-
-
-def _precisions() -> Iterable[str]:
-    from vlbench.embedding.models.base import PRECISIONS
-
-    return PRECISIONS
-
-
-def _storage_dtypes() -> Iterable[str]:
-    from vlbench.embedding.shard_files import STORAGE_DTYPES
-
-    return STORAGE_DTYPES
-
-
-def _tie_policies() -> Iterable[str]:
-    from vlbench.rank.exact import TiePolicy
-
-    return get_args(TiePolicy)
-
-
-def _image_projections() -> Iterable[str]:
-    from vlbench.embedding.models.projections import IMAGE_PROJECTIONS
-
-    return IMAGE_PROJECTIONS
-
-
-def _repo_types() -> Iterable[str]:
-    from vlbench.embedding.models.hub import REPO_TYPES
-
-    return REPO_TYPES
-
-
-def _text_types() -> Iterable[str]:
-    from vlbench.data.sources.classification import TEXT_TYPES
-
-    return TEXT_TYPES
-
-
-def _template_sets() -> Iterable[str]:
-    from vlbench.data.sources.classification import TEMPLATE_SETS
-
-    return TEMPLATE_SETS
-
-
-def _image_policies() -> Iterable[str]:
-    from vlbench.data.sources.writer import IMAGE_POLICIES
-
-    return IMAGE_POLICIES
-
-
-def _convert_choices() -> Iterable[str]:
-    from vlbench.data.decode_policy import CONVERT_CHOICES
-
-    return CONVERT_CHOICES
-
-
-# Where each enum sits in the schema -> the registry that owns its values.
-SCHEMA_ENUMS: dict[str, Callable[[], Iterable[str]]] = {
-    "$defs.benchmark.properties.protocol": _protocols,
+# Where each enum sits in the schema -> the registry that owns its values (module, name).
+SCHEMA_ENUMS: dict[str, tuple[str, str]] = {
+    "$defs.benchmark.properties.protocol": ("vlbench.protocols", "PROTOCOLS"),
     # The hub and the local form of a source share one layout block (a YAML anchor).
-    "$defs.source.oneOf.0.properties.format": _formats,
-    "$defs.source.oneOf.1.properties.format": _formats,
-    "$defs.model.properties.adapter": _adapters,
-    "$defs.model.properties.precision": _precisions,
-    "$defs.model.properties.image_projection": _image_projections,
-    "$defs.model.properties.repo_type": _repo_types,
-    "properties.embedding.properties.storage_dtype": _storage_dtypes,
-    "properties.ranking.properties.tie_policy": _tie_policies,
-    "$defs.benchmark.properties.text_type": _text_types,
-    "$defs.benchmark.properties.templates": _template_sets,
-    "$defs.benchmark.properties.image_policy": _image_policies,
-    "$defs.benchmark.properties.decode.properties.convert": _convert_choices,
+    "$defs.source.oneOf.0.properties.format": ("vlbench.data.sources", "FORMATS"),
+    "$defs.source.oneOf.1.properties.format": ("vlbench.data.sources", "FORMATS"),
+    "$defs.model.properties.adapter": ("vlbench.embedding.models.dispatch", "ADAPTERS"),
+    "$defs.model.properties.precision": ("vlbench.embedding.models.base", "PRECISIONS"),
+    "$defs.model.properties.image_projection": (
+        "vlbench.embedding.models.projections",
+        "IMAGE_PROJECTIONS",
+    ),
+    "$defs.model.properties.repo_type": ("vlbench.embedding.models.hub", "REPO_TYPES"),
+    "properties.embedding.properties.storage_dtype": (
+        "vlbench.embedding.shard_files",
+        "STORAGE_DTYPES",
+    ),
+    "properties.ranking.properties.tie_policy": ("vlbench.rank.exact", "TiePolicy"),
+    "$defs.benchmark.properties.text_type": ("vlbench.data.sources.classification", "TEXT_TYPES"),
+    "$defs.benchmark.properties.templates": (
+        "vlbench.data.sources.classification",
+        "TEMPLATE_SETS",
+    ),
+    "$defs.benchmark.properties.image_policy": ("vlbench.data.sources.writer", "IMAGE_POLICIES"),
+    "$defs.benchmark.properties.decode.properties.convert": (
+        "vlbench.data.decode_policy",
+        "CONVERT_CHOICES",
+    ),
 }
+
+
+def registry(module: str, name: str) -> list[str]:
+    """The values a registry holds: its keys or items, or the choices of a Literal type."""
+    value = getattr(importlib.import_module(module), name)
+    return list(get_args(value) or value)
 
 
 def schema_node(path: str) -> Any:
@@ -113,7 +59,7 @@ def schema_node(path: str) -> Any:
 
 @pytest.mark.parametrize("path", list(SCHEMA_ENUMS))
 def test_the_schemas_enum_is_its_registry(path: str) -> None:
-    assert sorted(schema_node(path)["enum"]) == sorted(SCHEMA_ENUMS[path]())
+    assert sorted(schema_node(path)["enum"]) == sorted(registry(*SCHEMA_ENUMS[path]))
 
 
 def test_every_enum_of_the_schema_is_checked_here() -> None:

@@ -18,8 +18,8 @@ from vlbench.paths import (
     RANDOM_CHECKPOINT,
     SYNTHETIC_SOURCE,
     TIMINGS_DIR,
-    modality_file,
     evaluation_outputs as protocol_outputs,
+    modality_file,
     synthetic_source,
 )
 from vlbench.protocols import DIRECTIONS, protocol as protocol_record
@@ -226,7 +226,7 @@ def evaluation_outputs(protocol):
 
 def evaluation_inputs(wildcards):
     """What an evaluation job reads: both modalities' embeddings and the prepared benchmark."""
-    stem = f"results/embeddings/{wildcards.model}/{wildcards.benchmark}"
+    stem = EMBEDDINGS_DIR.format(model=wildcards.model, benchmark=wildcards.benchmark)
     inputs = {
         f"{modality}_{kind}": f"{stem}/{modality}{suffix}"
         for modality in ("image", "text")
@@ -242,7 +242,7 @@ def evaluation_inputs(wildcards):
 def embedding_files(model, benchmark, direction):
     """A direction's query matrix and ids, and its gallery index and ids."""
     query, gallery = DIRECTIONS[direction]
-    stem = f"results/embeddings/{model}/{benchmark}"
+    stem = EMBEDDINGS_DIR.format(model=model, benchmark=benchmark)
     return {
         "queries": f"{stem}/{query}.npy",
         "query_ids": f"{stem}/{query}.ids.parquet",
