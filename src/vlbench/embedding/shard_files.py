@@ -252,7 +252,7 @@ def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[
     """Give every copy of a text the embedding of its first occurrence; return how many rows
     changed.
 
-    A shard job encodes each distinct text of its shard once, so copies within a shard are
+    The embedding job encodes each distinct text of a shard once, so copies within a shard are
     equal already; copies in different shards were encoded in different batches, and a text
     tower's output depends on its batch in the last bits. After this, identical texts have
     identical rows across the whole benchmark, so the exact tie policies hold by construction.
