@@ -12,15 +12,8 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/embed.smk"
-include: "workflow/rules/index.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/tables.smk"
-
-
-# A local run starts its warm workers while the first jobs run (config/README.md, warm_workers).
-onstart:
-    if workflow.local_exec:
-        prewarm_workers(workflow.dag.needrun_jobs())
 
 
 rule all:

@@ -47,11 +47,12 @@ from PIL import Image
 
 from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
-from vlbench.embedding.matrices import embed_modality_sharded
+from vlbench.embedding.encode import embed_rows
+from vlbench.embedding.job import embed_with_loaded_model
 from vlbench.embedding.models import load_open_clip
-from vlbench.embedding.shard_files import load_embeddings, read_snakemake_benchmark
-from vlbench.embedding.shards import EmbedSettings, embed_rows
-from vlbench.warm.client import stop_workers
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard, load_embeddings
+from vlbench.report.provenance import read_snakemake_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -209,7 +210,7 @@ def bench_throughput(
     """(a) pipeline images/s vs model-only forward, ViT-B-32, same batches."""
     model = load_open_clip({"name": "ViT-B-32", "pretrained": str(checkpoint)})
     source = data / "images.parquet"
-    base = {"benchmark": "a", "batch_size": batch, "num_workers": workers}
+    base = {"batch_size": batch, "num_workers": workers}
     results: dict[str, Any] = {"images": images, "batch_size": batch, "num_workers": workers}
     decoded = []
     for begin in range(0, images, batch):
@@ -234,9 +235,11 @@ def bench_throughput(
         "pipeline_draft_decode_images_per_s": {"pixel_cache": False, "draft_decode": True},
     }
     for label, changes in runs.items():
-        settings = EmbedSettings(**base, pixel_cache_dir=str(work / "pixels-a"), **changes)
+        settings = EmbedSettings.from_config(
+            "a", base, pixel_cache_dir=str(work / "pixels-a"), **changes
+        )
         began = time.perf_counter()
-        embed_rows(model, "image", source, 0, images, settings)
+        embed_rows(model, Shard("image", source, 0, 0, images), settings)
         results[label] = images / (time.perf_counter() - began)
     for label in list(results):
         if label.startswith("pipeline"):
@@ -335,15 +338,27 @@ def workflow_config(
     )
 
 
+def session_processes(session: int) -> list[str]:
+    """The command lines of the live processes of a session (by /proc)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if int(stat[4]) == session and stat[0] != "Z":
+            found.append(command.decode().strip())
+    return found
+
+
 def run_vlbench(run_dir: Path, config: str, fresh: bool = True) -> float:
     """Run the workflow up to its metrics table (in a fresh directory unless `fresh` is False,
     then on what is there); return wall seconds.
 
-    Every run starts cold: the warm embedding workers of earlier runs are stopped first, so
-    each run pays its imports once, as a first run on a machine does.
+    Each run is a session of its own and must leave no process of it alive, so every run
+    starts as a first run on a machine does, with nothing of an earlier run kept warm.
     """
-    for _ in stop_workers():
-        time.sleep(0.5)  # let it go before the run starts its own
     if fresh:
         shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -357,20 +372,28 @@ def run_vlbench(run_dir: Path, config: str, fresh: bool = True) -> float:
     ]  # fmt: skip
     began = time.perf_counter()
     with open(run_dir / "snakemake.log", "w") as log:
-        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-    return time.perf_counter() - began
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        if process.wait() != 0:
+            raise subprocess.CalledProcessError(process.returncode, command)
+    seconds = time.perf_counter() - began
+    left = session_processes(process.pid)
+    if left:
+        raise RuntimeError(f"processes of the run outlived it: {left}")
+    return seconds
 
 
 DIRECTION_NAMES = {"image_to_text": "i2t", "text_to_image": "t2i"}
 
 
 def rule_seconds(run_dir: Path) -> dict[str, float]:
-    """Seconds per job from the workflow's `benchmark:` files, by rule (embedding shards by
-    model and modality)."""
+    """Seconds per job from the workflow's `benchmark:` files, by rule (embedding jobs by
+    model: `embed/<model>`)."""
     out: dict[str, float] = {}
     for path in sorted((run_dir / "results" / "timings").rglob("*.tsv")):
         parts = path.relative_to(run_dir / "results" / "timings").parts
-        key = "/".join((*parts[:2], parts[3])) if parts[0] == "embed_shard" else parts[0]
+        key = "/".join(parts[:2]) if parts[0] == "embed" else parts[0]
         out[key] = round(out.get(key, 0.0) + read_snakemake_benchmark(path)["s"], 2)
     return out
 
@@ -533,15 +556,17 @@ def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str
             shutil.rmtree(data / stale, ignore_errors=True)
         code = (
             "import sys, time; from pathlib import Path\n"
-            "from vlbench.embedding.matrices import embed_modality_sharded\n"
-            "from vlbench.embedding.shards import EmbedSettings, peak_rss_mb\n"
-            "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests'))\n"
+            "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests' / 'support'))\n"
             "from embed_support import tiny_model\n"
+            "from vlbench.embedding.encode import peak_rss_mb\n"
+            "from vlbench.embedding.job import embed_with_loaded_model\n"
+            "from vlbench.embedding.settings import EmbedSettings\n"
             "d = Path(sys.argv[2]); m = tiny_model()\n"
-            "s = EmbedSettings(benchmark='rss', batch_size=64, pixel_cache_dir=str(d / 'pixels'))\n"
+            "s = EmbedSettings.from_config('rss', batch_size=64, shard_size=10000,"
+            " pixel_cache_dir=str(d / 'pixels'))\n"
             "t = time.perf_counter()\n"
-            "embed_modality_sharded(m, {'name': 'tiny'}, 'image', d / 'images.parquet', s,"
-            " 10000, d / 'emb')\n"
+            "embed_with_loaded_model(m, {'name': 'tiny'}, d / 'images.parquet', 'image', s,"
+            " d / 'emb')\n"
             "print(time.perf_counter() - t, peak_rss_mb())\n"
         )
         result = subprocess.run(
@@ -575,12 +600,13 @@ def bench_storage_and_draft(
     stem = run_dir / "results/embeddings/vit-b-32/pairs"
     texts = load_embeddings(stem / "text.npy", stem / "text.ids.parquet")[0]
     images = load_embeddings(stem / "image.npy", stem / "image.ids.parquet")[0]
-    settings = EmbedSettings(benchmark="d", batch_size=batch, pixel_cache=False, draft_decode=True)
+    settings = EmbedSettings.from_config(
+        "d", batch_size=batch, pixel_cache=False, draft_decode=True, shard_size=10**9
+    )
     began = time.perf_counter()
-    path = embed_modality_sharded(
-        model, {"name": "ViT-B-32"}, "image", data / "images.parquet", settings, 10**9,
-        work / "draft",
-    )  # fmt: skip
+    path = embed_with_loaded_model(
+        model, {"name": "ViT-B-32"}, data / "images.parquet", "image", settings, work / "draft"
+    )
     out["draft"]["seconds"] = time.perf_counter() - began
     drafted = load_embeddings(path, path.with_name("image.ids.parquet"))[0]
     out["draft"]["vit-b-32"] = {"full": recalls(images, texts), "draft": recalls(drafted, texts)}

@@ -33,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embed import photo_jpeg
 
 from vlbench.data.canonical import IMAGES_SCHEMA
+from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.models import load_open_clip
-from vlbench.embedding.shards import EmbedSettings, embed_rows
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard
 
 
 def _jpeg(args: tuple[int, int, int]) -> bytes:
@@ -109,8 +111,8 @@ def main() -> None:
         "model_only_images_per_s": model_only,
     }
     for label, cache in (("decode", False), ("cold_cache", True), ("warm_cache", True)):
-        settings = EmbedSettings(
-            benchmark="gpu",
+        settings = EmbedSettings.from_config(
+            "gpu",
             batch_size=args.batch_size,
             num_workers=args.workers,
             pixel_cache=cache,
@@ -118,7 +120,7 @@ def main() -> None:
         )
         synchronize()
         start = time.perf_counter()
-        embed_rows(model, "image", source, 0, args.images, settings)
+        embed_rows(model, Shard("image", source, 0, 0, args.images), settings)
         synchronize()
         rate = args.images / (time.perf_counter() - start)
         results[f"pipeline_{label}_images_per_s"] = rate

@@ -1,10 +1,5 @@
 """Rule benchmark_table: one benchmark's metrics as an HTML table for the report."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from vlbench.atomic import write_text
 from vlbench.report.tables import html_table, read_full_metrics
 from vlbench.rule_log import rule_log

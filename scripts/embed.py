@@ -1,32 +1,36 @@
-"""Rule embed_shard: shard k of every modality of one benchmark through one loaded model.
+"""Rule embed: every shard of both modalities of one benchmark through one loaded model."""
 
-The job itself is `vlbench.embedding.shard_job.run`; this script only turns Snakemake's job into
-its payload and hands it to a warm worker (or runs it here: `vlbench.warm.client`).
-"""
+from pathlib import Path
 
-from vlbench.warm.client import run_job
+from vlbench.embedding.job import EmbeddingJob, run
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import MatrixFiles
+from vlbench.rule_log import rule_log
 
-payload = {
-    "log": snakemake.log[0],
-    "benchmark": snakemake.wildcards.benchmark,
-    "shard": snakemake.wildcards.shard,
-    "model": dict(snakemake.params.model),
-    "identity": dict(snakemake.params.identity),
-    # Result keys come as params; speed knobs (RUN_TIME_KEYS) from the config, so that
-    # changing them reruns nothing.
-    "embedding": {**snakemake.config["embedding"], **snakemake.params.identity["embedding"]},
-    "pixel_cache_dir": snakemake.params.pixel_cache_dir,
-    "threads": snakemake.threads,  # after --set-threads and the --cores cap
-    "work": {
-        modality: {
-            "plan": snakemake.input[f"{modality}_plan"],
-            "data": snakemake.input[f"{modality}_data"],
-            "digest": digest,
-        }
-        for modality, digest in snakemake.params.content.items()
-    },
-    "embeddings_dir": snakemake.params.embeddings_dir,
-    "record": snakemake.output.record,
-}
-idle_seconds = snakemake.config["warm_workers"]["idle_seconds"]
-run_job("vlbench.embedding.shard_job:run", payload, idle_seconds)
+with rule_log(snakemake.log[0]) as log:
+    identity = dict(snakemake.params.identity)
+    job = EmbeddingJob(
+        model=dict(snakemake.params.model),
+        identity=identity,
+        # Result keys come as params; speed knobs (RUN_TIME_KEYS) from the config, so that
+        # changing them reruns nothing.
+        settings=EmbedSettings.from_config(
+            snakemake.wildcards.benchmark,
+            {**snakemake.config["embedding"], **identity["embedding"]},
+            threads=snakemake.threads,  # after --set-threads and the --cores cap
+            pixel_cache_dir=snakemake.params.pixel_cache_dir,
+        ),
+        sources={"image": Path(snakemake.input.images), "text": Path(snakemake.input.texts)},
+        outputs={
+            modality: MatrixFiles(
+                Path(snakemake.output[modality]),
+                Path(snakemake.output[f"{modality}_ids"]),
+                Path(snakemake.output[f"{modality}_provenance"]),
+            )
+            for modality in ("image", "text")
+        },
+        resume_dir=Path(snakemake.params.resume_dir),
+    )
+    for modality, records in run(job).items():
+        reused = sum(record["reused"] for record in records)
+        log.info("%s: %d shard(s), %d of them reused", modality, len(records), reused)

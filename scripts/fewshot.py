@@ -1,10 +1,5 @@
 """Rule fewshot: few-shot accuracy (BioCLIP's protocol) from the cached image embeddings."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 import json
 
 from vlbench.embedding.shard_files import load_embeddings

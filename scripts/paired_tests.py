@@ -1,10 +1,5 @@
 """Rule paired_tests: every pair of models on the same queries, metric by metric."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from vlbench.metrics.job import write_csv
 from vlbench.metrics.rows import StatsSettings, paired_rows
 from vlbench.rule_log import rule_log

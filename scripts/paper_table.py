@@ -1,10 +1,5 @@
 """Rule paper_table: one paper's table, ours next to the published numbers (md, csv, tex, html)."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from pathlib import Path
 
 from vlbench.report.paper_layouts import LAYOUTS

@@ -1,10 +1,5 @@
 """Rule plot_benchmark: Recall@k curves and per-model bars with 95% intervals for one benchmark."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from vlbench.report.plots import write_benchmark_plots
 from vlbench.report.tables import read_full_metrics
 from vlbench.rule_log import rule_log

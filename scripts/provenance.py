@@ -1,10 +1,5 @@
 """Rule provenance: weights, dataset revision, versions, device and timings behind one benchmark."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from vlbench.report.provenance import collect_provenance, write_provenance
 from vlbench.rule_log import rule_log
 
@@ -13,7 +8,7 @@ with rule_log(snakemake.log[0]) as log:
         snakemake.wildcards.benchmark,
         snakemake.input.meta,
         snakemake.input.embeddings,
-        snakemake.params.timings,
+        snakemake.input.timings,
     )
     write_provenance(record, snakemake.output.csv, snakemake.output.html)
     log.info("%d embedding jobs, %d timed jobs", len(record["embeddings"]), len(record["timings"]))

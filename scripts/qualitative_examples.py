@@ -1,11 +1,6 @@
 """Rule qualitative_examples: for every model and direction of one benchmark, the top-5 items
 from the index for a few fixed queries, correct items marked."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from pathlib import Path
 
 from vlbench.report.qualitative import write_examples

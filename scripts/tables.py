@@ -1,11 +1,6 @@
 """Rule tables: results/tables/metrics.csv, metrics_full.csv, a Markdown table per benchmark and
 not_run.csv; files of an earlier config are moved to results/stale/."""
 
-from vlbench.warm.client import hand_over_script
-
-# In the rule's own process: run this script in a warm worker's child (see the module).
-hand_over_script(snakemake, globals())
-
 from pathlib import Path
 
 from vlbench.report.not_run import write_not_run

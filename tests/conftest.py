@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from loopback_hub import loopback_hub  # noqa: F401 (the fixture, for every test)
-from workflow_helpers import run_in_own_session, write_shared_demo
+from workflow_helpers import run_watching_processes, write_shared_demo
 
 from vlbench.hashing import CHECKSUM_CACHE_ENV
-from vlbench.warm.client import WORKER_DIR_ENV, stop_workers
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
@@ -41,25 +39,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def warm_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This test process's own warm embedding workers, stopped when it ends.
-
-    Workflow runs started by the tests inherit the folder, so their embedding jobs share this
-    process's workers (one per environment) instead of a user's.
-    """
-    folder = tmp_path_factory.mktemp("warm-workers")
-    folder.chmod(0o700)
-    previous = os.environ.get(WORKER_DIR_ENV)
-    os.environ[WORKER_DIR_ENV] = str(folder)
-    yield folder
-    stop_workers(folder)
-    if previous is None:
-        os.environ.pop(WORKER_DIR_ENV, None)
-    else:
-        os.environ[WORKER_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -102,8 +81,10 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
             shutil.rmtree(workdir, ignore_errors=True)  # a failed attempt's leftovers
             workdir.mkdir()
             write_shared_demo(workdir)
-            for extra in ((), ("--report", "results/report.html")):
-                result = run_in_own_session(workdir, *extra)
+            # Every process the two runs start is watched: `demo_leftovers` lists any left.
+            for extra, name in (((), "run"), (("--report", "results/report.html"), "report")):
+                leftovers = root / f"demo-run.{name}.leftovers.json"
+                result = run_watching_processes(workdir, leftovers, *extra)
                 assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             finished.touch()
     return workdir

@@ -143,12 +143,11 @@ CRASH_SITES = {
     ),
     "gathered matrix (reserved memory map)": (
         "import numpy as np\n"
-        "from vlbench.embedding.shard_files import save_embeddings, gather_shards\n"
-        "shard = target.parent / 'shard.npy'\n"
-        "save_embeddings(['a'], np.ones((1, 4), np.float32), shard, shard.with_suffix('.ids'))\n"
-        "shard.with_suffix('.json').write_text('{\"rows\": [0, 1]}')\n"
-        "gather_shards([shard], [shard.with_suffix('.ids')], [shard.with_suffix('.json')],\n"
-        "              target, target.with_suffix('.ids'), target.with_suffix('.json'))"
+        "from vlbench.embedding.shard_files import MatrixFiles, save_embeddings, gather_shards\n"
+        "shard = MatrixFiles.at(target.parent / 'shard')\n"
+        "save_embeddings(['a'], np.ones((1, 4), np.float32), shard.embeddings, shard.ids)\n"
+        "out = MatrixFiles(target, target.with_suffix('.ids'), target.with_suffix('.json'))\n"
+        "gather_shards([shard], [{'rows': [0, 1]}], out)"
     ),
 }
 

@@ -309,7 +309,9 @@ def test_nan_embeddings_name_the_model_file_and_item(
 ) -> None:
     from embed_support import write_images, write_texts
 
-    from vlbench.embedding.shards import EmbedSettings, embed_rows
+    from vlbench.embedding.encode import embed_rows
+    from vlbench.embedding.settings import EmbedSettings
+    from vlbench.embedding.shard_files import Shard
 
     source = tmp_path / f"{modality}s.parquet"
     (write_images if modality == "image" else write_texts)(source, 6, 3)
@@ -328,7 +330,7 @@ def test_nan_embeddings_name_the_model_file_and_item(
     monkeypatch.setattr(tiny, "padding_trimmed_text_encoder", None)
     settings = EmbedSettings.from_config("b", batch_size=4, pixel_cache=False)
     with pytest.raises(VlbenchError) as info:
-        embed_rows(tiny, modality, source, 0, 6, settings)
+        embed_rows(tiny, Shard(modality, source, 0, 0, 6), settings)
     prefix = "img" if modality == "image" else "txt"
     assert str(info.value) == (
         f"model vlbench-tiny: {source}: {modality} '{prefix}-0005' (row 5): "

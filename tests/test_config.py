@@ -10,7 +10,7 @@ from workflow_helpers import REPO, SCHEMA, synthetic_benchmark, tiny_model, vali
 
 from vlbench.cli import build_parser
 from vlbench.config import RUN_TIME_KEYS, SCHEMA_PATH, result_keys, schema_defaults
-from vlbench.embedding.shards import EmbedSettings
+from vlbench.embedding.settings import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
 from vlbench.workflow.run_config import load_run_config
@@ -166,9 +166,7 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     filled = validate(minimal())
     embed = asdict(EmbedSettings.from_config("b"))
     assert schema_defaults("embedding") == filled["embedding"]
-    assert {key: embed[key] for key in filled["embedding"] if key != "shard_size"} == {
-        key: value for key, value in filled["embedding"].items() if key != "shard_size"
-    }
+    assert {key: embed[key] for key in filled["embedding"]} == filled["embedding"]
     stats = StatsSettings.from_config()
     assert asdict(stats) == {key: filled["metrics"][key] for key in asdict(stats)}
     score = build_parser().parse_args(
@@ -195,9 +193,7 @@ def readme_rows(section: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize(
-    "section", ["prepare", "embedding", "warm_workers", "ranking", "metrics", "tables"]
-)
+@pytest.mark.parametrize("section", ["prepare", "embedding", "ranking", "metrics", "tables"])
 def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
     assert set(readme_rows(section)) == set(schema_defaults(section))
 

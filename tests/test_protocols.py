@@ -1,34 +1,23 @@
-"""The protocol registry is the one list of protocols: the schema, formats and stages agree."""
+"""The protocol registry is the one list of protocols: formats and stages agree with it."""
 
 from __future__ import annotations
 
 import pytest
-from workflow_helpers import SCHEMA
 
-from vlbench.config import load_schema
-from vlbench.data.sources import FORMATS
+from vlbench.data.sources import FORMATS, default_format
 from vlbench.errors import VlbenchError
 from vlbench.metrics.specs import METRIC_FAMILIES, protocol_metrics
-from vlbench.protocols import DIRECTIONS, PROTOCOLS, protocol, protocol_of_format
+from vlbench.protocols import DIRECTIONS, PROTOCOLS, protocol
 from vlbench.rank.protocol_ranks import RANKINGS
 
 
-def test_the_schemas_protocol_enum_is_the_registry() -> None:
-    schema = load_schema(SCHEMA)
-    enum = schema["$defs"]["benchmark"]["properties"]["protocol"]["enum"]
-    assert enum == list(PROTOCOLS)
-
-
-def test_every_source_format_feeds_exactly_one_protocol() -> None:
-    schema = load_schema(SCHEMA)
-    layout = schema["$defs"]["source"]["oneOf"][0]["properties"]
-    assert sorted(layout["format"]["enum"]) == sorted(FORMATS)
-    fed = [name for record in PROTOCOLS.values() for name in record.formats]
-    assert sorted(fed) == sorted(FORMATS)
-    for record in PROTOCOLS.values():
-        assert record.default_format in (None, *record.formats)
-        for name in record.formats:
-            assert protocol_of_format(name) is record
+def test_every_protocol_is_fed_by_formats_and_has_at_most_one_default() -> None:
+    for name in PROTOCOLS:
+        fed_by = [key for key, entry in FORMATS.items() if entry.protocol == name]
+        assert fed_by, name
+        defaults = [key for key in fed_by if FORMATS[key].default]
+        assert len(defaults) <= 1 and default_format(name) == (defaults or [None])[0]
+    assert {entry.protocol for entry in FORMATS.values()} <= set(PROTOCOLS)
 
 
 def test_every_record_names_known_directions_rankings_and_metrics() -> None:
@@ -42,10 +31,3 @@ def test_every_record_names_known_directions_rankings_and_metrics() -> None:
 def test_an_unknown_protocol_is_one_line() -> None:
     with pytest.raises(VlbenchError, match=r"unknown protocol 'pairs' \(known: paired, "):
         protocol("pairs")
-
-
-def test_the_schemas_adapter_enum_is_the_adapter_registry() -> None:
-    from vlbench.embedding.models.dispatch import ADAPTERS
-
-    enum = load_schema(SCHEMA)["$defs"]["model"]["properties"]["adapter"]["enum"]
-    assert enum == list(ADAPTERS)

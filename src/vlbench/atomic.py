@@ -40,18 +40,12 @@ if TYPE_CHECKING:
 # SIGKILL just before the temporary file would be renamed into place. Unset, this costs one
 # environment lookup.
 CRASH_ENV = "VLBENCH_CRASH_BEFORE"
-# The process group Snakemake started a job in, when the job runs in another process group (a
-# warm embedding worker's child, vlbench.warm.server).
-JOB_GROUP_ENV = "VLBENCH_JOB_PGID"
 
 
 def crash_point(path: str) -> None:
     """SIGKILL the process group if `path` (made absolute) matches VLBENCH_CRASH_BEFORE."""
     pattern = os.environ.get(CRASH_ENV)
     if pattern and fnmatch.fnmatch(os.path.abspath(path), pattern):
-        job_group = int(os.environ.get(JOB_GROUP_ENV) or 0)
-        if job_group:
-            os.killpg(job_group, signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 

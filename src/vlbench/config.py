@@ -18,7 +18,6 @@ from vlbench.errors import VlbenchError
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
     "embedding": ("threads", "num_workers", "pixel_cache"),
-    "warm_workers": ("idle_seconds",),
     "prepare": ("threads",),
     "ranking": ("block_mb",),
 }

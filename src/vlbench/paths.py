@@ -6,16 +6,18 @@ package can fill them in (`str.format`) for a given model or benchmark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from vlbench.protocols import DIRECTIONS, Protocol
+
 SYNTHETIC_SOURCE = "results/sources/{benchmark}"
 RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
-SHARD_PLAN = "results/shards/{benchmark}/{modality}.json"
-# One (model, benchmark)'s embeddings: <modality>.npy (gathered), <modality>/shard-XXXXX.npy
-# (the shards) and shards/shard-XXXXX.json (the record of the job that embedded shard k of
-# every modality).
+# One (model, benchmark)'s embeddings: <modality>.npy, .ids.parquet and .json (the embed job's
+# outputs), and the job's resume folder of stored shards, shards/<modality>/shard-XXXXX.*.
 EMBEDDINGS_DIR = "results/embeddings/{model}/{benchmark}"
-EMBED_JOB_RECORD = EMBEDDINGS_DIR + "/shards/{shard}.json"
+EMBEDDING_SHARDS = EMBEDDINGS_DIR + "/shards"
 PIXEL_CACHE_DIR = "results/pixels"
 GPU_LOCK_DIR = "results/.gpu-locks"
 
@@ -35,6 +37,33 @@ def modality_file(benchmark: str, modality: str) -> str:
     return f"{PREPARED_DIR.format(benchmark=benchmark)}/{MODALITY_FILES[modality]}"
 
 
-def shard_plan(benchmark: str, modality: str) -> str:
-    """The shard plan of one modality of a benchmark."""
-    return SHARD_PLAN.format(benchmark=benchmark, modality=modality)
+# One (model, benchmark)'s evaluation: a faiss index per gallery modality, then per direction
+# the exact ranks, the metric rows and the per-query outcomes; zero-shot adds per-class results.
+INDEX = "results/index/{model}/{benchmark}/{modality}.faiss"
+RANKS = "results/ranks/{model}/{benchmark}/{direction}.parquet"
+METRICS = "results/metrics/{model}/{benchmark}/{direction}.csv"
+OUTCOMES = "results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet"
+PER_CLASS = "results/metrics/{model}/{benchmark}/per_class.csv"
+TIMINGS_DIR = "results/timings"
+
+
+def galleries(directions: Sequence[str]) -> list[str]:
+    """The gallery modalities the directions search, in direction order."""
+    return list(dict.fromkeys(DIRECTIONS[direction][1] for direction in directions))
+
+
+def evaluation_outputs(protocol: Protocol, directions: Sequence[str]) -> dict[str, str]:
+    """The named files of one evaluation job (patterns with model and benchmark) of a protocol
+    over its benchmark's directions: `index_<gallery>`, `ranks_<direction>`,
+    `metrics_<direction>`, `outcomes_<direction>`, and `per_class` for a protocol with a
+    per-class table."""
+    outputs = {
+        f"index_{gallery}": INDEX.replace("{modality}", gallery)
+        for gallery in galleries(directions)
+    }
+    for direction in directions:
+        for kind, pattern in (("ranks", RANKS), ("metrics", METRICS), ("outcomes", OUTCOMES)):
+            outputs[f"{kind}_{direction}"] = pattern.replace("{direction}", direction)
+    if protocol.per_class:
+        outputs["per_class"] = PER_CLASS
+    return outputs

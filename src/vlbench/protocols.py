@@ -1,10 +1,11 @@
 """The protocol registry: every stage asks here what a benchmark's protocol implies.
 
-One record per protocol: its directions, the source formats it reads (the first is the default),
-how its ranks are computed, which metric family it reports, and what else it needs or makes.
-Protocol names appear as string literals only here (and in the config schema, whose enum a test
-keeps equal to `PROTOCOLS`). Adding a protocol: a record here, its ranking in
-`vlbench.rank.protocol_ranks`, its metrics in `vlbench.metrics.specs`.
+One record per protocol: its directions, how its ranks are computed, which metric family it
+reports, and what else it needs or makes. Protocol names appear as string literals only here
+(other modules use the names below; the config schema's enum is checked against `PROTOCOLS` in
+tests/test_registries.py). Adding a protocol: a record here, its ranking in
+`vlbench.rank.protocol_ranks`, its metrics in `vlbench.metrics.specs`, and the source formats
+that feed it in `vlbench.data.sources.FORMATS`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlbench.errors import VlbenchError
+
+PAIRED = "paired"
+MULTI_POSITIVE = "multi_positive"
+TAXON_CANDIDATES = "taxon_candidates"
+ZEROSHOT = "zeroshot"
+RERANK = "rerank"
 
 # direction -> (query modality, gallery modality)
 DIRECTIONS = {"image_to_text": ("image", "text"), "text_to_image": ("text", "image")}
@@ -26,10 +33,6 @@ class Protocol:
 
     name: str
     directions: tuple[str, ...]
-    # Source formats it reads (`vlbench.data.sources.FORMATS`), and the one read when a source
-    # names none (None: `format` is required).
-    formats: tuple[str, ...]
-    default_format: str | None
     # How ranks are computed (`vlbench.rank.protocol_ranks.RANKERS`): "judged" (relevance
     # judgements, optionally restricted to candidate lists), "pooled_groups" (each query's
     # candidate taxa, scored by the max over their entries), "classes" (class prototypes).
@@ -45,19 +48,22 @@ class Protocol:
     grouped: bool = False
     # A per-class accuracy table is written.
     per_class: bool = False
-    # Formats whose layout fixes the query side: format -> the directions it evaluates (a
-    # format not listed here evaluates every direction of the protocol).
+    # Images carry their class: few-shot accuracy (BioCLIP's protocol) is computed from the
+    # cached image embeddings (the benchmark's `fewshot` config entry).
+    fewshot: bool = False
+    # Formats whose layout puts the queries on the other side: format -> the directions it
+    # evaluates instead of `directions` (BioVITA's text-to-image repository).
     format_directions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def directions_of(self, format_name: str | None) -> tuple[str, ...]:
         """The directions a benchmark read with `format_name` (None: the default) evaluates."""
-        return dict(self.format_directions).get(
-            format_name or self.default_format or "", self.directions
-        )
+        return dict(self.format_directions).get(format_name or "", self.directions)
 
-    # Images carry their class: few-shot accuracy (BioCLIP's protocol) is computed from the
-    # cached image embeddings (the benchmark's `fewshot` config entry).
-    fewshot: bool = False
+    @property
+    def all_directions(self) -> tuple[str, ...]:
+        """Every direction some format of the protocol evaluates."""
+        found = [*self.directions, *(d for _, ds in self.format_directions for d in ds)]
+        return tuple(dict.fromkeys(found))
 
     @property
     def needs_judgements(self) -> bool:
@@ -69,19 +75,15 @@ PROTOCOLS: dict[str, Protocol] = {
     record.name: record
     for record in (
         Protocol(
-            "paired",
+            PAIRED,
             BOTH,
-            formats=("hf_parquet", "annotation_csv"),
-            default_format="hf_parquet",
             ranking="judged",
             metrics="recall",
             item_retrieval=True,
         ),
         Protocol(
-            "multi_positive",
+            MULTI_POSITIVE,
             BOTH,
-            formats=("nlphuji_csv_zip", "clip_benchmark_wds", "karpathy_json"),
-            default_format=None,
             ranking="judged",
             metrics="multi_recall",
             item_retrieval=True,
@@ -89,32 +91,23 @@ PROTOCOLS: dict[str, Protocol] = {
         # BioVITA's image->text and text->image tasks are two hub repositories whose queries are
         # images (candidates: taxon names) or taxon names (candidates: images).
         Protocol(
-            "taxon_candidates",
-            BOTH,
-            formats=("biovita", "biovita_t2i"),
-            default_format="biovita",
+            TAXON_CANDIDATES,
+            ("image_to_text",),
             ranking="pooled_groups",
             metrics="taxon_top_k",
-            format_directions=(
-                ("biovita", ("image_to_text",)),
-                ("biovita_t2i", ("text_to_image",)),
-            ),
+            format_directions=(("biovita_t2i", ("text_to_image",)),),
         ),
         Protocol(
-            "zeroshot",
+            ZEROSHOT,
             ("image_to_text",),
-            formats=("imagefolder_csv",),
-            default_format="imagefolder_csv",
             ranking="classes",
             metrics="classification",
             per_class=True,
             fewshot=True,
         ),
         Protocol(
-            "rerank",
+            RERANK,
             ("text_to_image",),
-            formats=("inquire",),
-            default_format="inquire",
             ranking="judged",
             metrics="average_precision",
             candidates_required=True,
@@ -137,9 +130,27 @@ def benchmark_directions(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return protocol(spec["protocol"]).directions_of((spec.get("source") or {}).get("format"))
 
 
-def protocol_of_format(format_name: str) -> Protocol:
-    """The protocol a source format feeds."""
-    for record in PROTOCOLS.values():
-        if format_name in record.formats:
-            return record
-    raise VlbenchError(f"source format {format_name!r} feeds no protocol")
+@dataclass(frozen=True, order=True)
+class Evaluation:
+    """What one evaluate rule does: a protocol over the directions its benchmarks evaluate."""
+
+    protocol: str
+    directions: tuple[str, ...]
+
+    @property
+    def rule(self) -> str:
+        """evaluate_<protocol>, with the directions when they are not the protocol's own."""
+        own = protocol(self.protocol).directions
+        return f"evaluate_{self.protocol}" + (
+            "" if self.directions == own else "_" + "_".join(self.directions)
+        )
+
+
+def evaluation_of(spec: Mapping[str, Any]) -> Evaluation:
+    """The evaluation a configured benchmark gets."""
+    return Evaluation(spec["protocol"], benchmark_directions(spec))
+
+
+def evaluations(benchmarks: Mapping[str, Mapping[str, Any]]) -> list[Evaluation]:
+    """The distinct evaluations of the configured benchmarks, in a stable order."""
+    return sorted({evaluation_of(spec) for spec in benchmarks.values()})

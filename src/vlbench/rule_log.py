@@ -11,7 +11,6 @@ from pathlib import Path
 
 from vlbench.atomic import is_no_space, no_space_error
 from vlbench.errors import VlbenchError
-from vlbench.warm.client import WARM_WORKER_ENV
 
 
 @contextlib.contextmanager
@@ -27,12 +26,7 @@ def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
         logger.addHandler(log_handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
-        worker = os.environ.get(WARM_WORKER_ENV)
-        logger.info(
-            "pid %d: %s",
-            os.getpid(),
-            f"a child of warm worker {worker}" if worker else "the rule's own process",
-        )
+        logger.info("pid %d", os.getpid())
         try:
             yield logger
         except Exception as error:

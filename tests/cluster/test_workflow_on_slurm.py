@@ -1,15 +1,16 @@
 """The vlbench workflow through profiles/slurm-ci on a real single-node SLURM cluster.
 
-One run of the shared demo config (synthetic benchmark, seeded random weights, two embedding
-shards per modality: two GPU jobs, each embedding shard k of both modalities, on the cluster's
-two fake GPUs at once) checks that
+One run of the shared demo config with a second model (synthetic benchmark, seeded random
+weights: two GPU jobs, each embedding every shard of both modalities for one model, on the
+cluster's two fake GPUs at once) checks that
 
 * every job outside the workflow's `localrules` was submitted with sbatch, finished COMPLETED in
   SLURM and ran its rule inside the allocation (the job's own SLURM log), while the declared light
   rules ran on the submitting host;
 * GPU jobs whose SLURM allocations overlapped in time saw different CUDA_VISIBLE_DEVICES
-  (recorded inside the job, in the shard provenance JSON and the rule log);
-* results/tables/metrics.csv equals that of the shared local run of the same config.
+  (recorded inside the job, in each shard's provenance and the rule log);
+* the rows of results/tables/metrics.csv of the shared model equal those of the shared local
+  run of the demo config.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from slurm_cluster import REPO_ROOT, SlurmCluster, report_job_ids
-from workflow_helpers import SNAKEFILE, write_shared_demo
+from workflow_helpers import SNAKEFILE, shared_demo, tiny_model, write_config, write_shared_demo
 
 pytestmark = pytest.mark.slurm
 
@@ -101,9 +102,8 @@ def visible_devices_seen(workdir: Path, job: PlannedJob, slurm_id: str) -> set[s
     for output in job.files("output"):
         if output.endswith(".json") and (workdir / output).is_file():
             record = json.loads((workdir / output).read_text())
-            # A shard job's record holds each modality's shard provenance.
-            shards = [done["provenance"] for done in record.get("modalities", {}).values()]
-            for shard in shards or [record]:
+            # An embedding's provenance lists where each of its shards ran.
+            for shard in record.get("shards") or [record]:
                 if "cuda_visible_devices" in shard:
                     assert shard.get("slurm_job_id") == slurm_id, (output, shard)
                     seen.add(str(shard["cuda_visible_devices"]))
@@ -132,6 +132,10 @@ def runs(
     workdir = tmp_path_factory.mktemp("slurm-run")
     workdir.chmod(0o755)  # SLURM job steps run as root too, but keep the tree traversable
     write_shared_demo(workdir)
+    # A second model: two embedding jobs, one per model, to run on the two GPUs at once.
+    config = shared_demo()
+    config["models"]["tiny2"] = tiny_model(seed=1)
+    write_config(workdir, config)
     # --workflow-profile replaces profiles/default, whose `resources: gpu: 1` would let only one
     # GPU job run at a time on the cluster.
     on_slurm = snakemake(workdir, "--workflow-profile", str(PROFILE), env=slurm_cluster.env)
@@ -160,7 +164,7 @@ def test_workflow_on_slurm_matches_a_local_run(
         else:
             assert job.rule not in local_rules, f"{job.rule} is in localrules but was submitted"
             assert job.jobid in submitted, f"{job.rule} (job {job.jobid}) was not submitted"
-    assert {"metrics", "tables"} <= {job.rule for job in jobs if job.local}
+    assert {"tables", "provenance"} <= {job.rule for job in jobs if job.local}
     assert len(submitted) == len(remote)
 
     # ... and SLURM ran each of them: COMPLETED, labelled with its rule, the rule run inside it,
@@ -205,9 +209,11 @@ def test_workflow_on_slurm_matches_a_local_run(
     for a, b in overlapping:
         assert devices[a] != devices[b], f"jobs {a} and {b} overlapped on GPU {devices[a]}"
 
-    # The cluster's tables equal the local run's.
+    # The cluster's rows of the shared model equal the local run's.
     tables = {
-        name: pl.read_csv(path / "results" / "tables" / "metrics.csv")
+        name: pl.read_csv(path / "results" / "tables" / "metrics.csv").filter(
+            pl.col("model") == "tiny"
+        )
         for name, path in runs.items()
     }
     assert tables["slurm"].height > 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from fixtures_sources import (
 )
 
 from vlbench.data.prepare import prepare_benchmark
+from vlbench.data.sources import classification
 from vlbench.data.synthetic import write_synthetic_biomedflickr
 from vlbench.errors import VlbenchError
 
@@ -205,6 +208,37 @@ def test_rare_species_taxon_com_with_the_80_openai_templates(tmp_path: Path) -> 
     for image in tables["images"]:
         taxon = next(t for t in SPECIES if "-".join(t[:7]) in image["image_id"])
         assert image["group"] == expected_taxon_com(taxon)
+
+
+def test_the_stored_templates_are_open_clips_openai_imagenet_templates() -> None:
+    stored = classification.templates("openai_imagenet")
+    for text in ("Rana temporaria", "a {} brace", "Bald Eagle"):
+        assert [template(text) for template in stored] == [
+            template(text) for template in zero_shot.OPENAI_IMAGENET_TEMPLATES
+        ]
+
+
+# Prepares the Rare Species fixture with the 80 templates, then lists the model libraries it
+# imported (none: the templates are data).
+PREPARE_IMPORTS = """
+import sys
+from pathlib import Path
+from vlbench.data.prepare import prepare_benchmark
+root = Path(sys.argv[1])
+source = {"path": str(root / "repo"), "columns": {"file": "file_name", "common": "common"}}
+prepare_benchmark("b", "zeroshot", source, None, root / "out", {"text_type": "taxon_com"})
+print(sorted(name for name in ("open_clip", "torch", "transformers") if name in sys.modules))
+"""
+
+
+def test_preparing_a_zero_shot_benchmark_imports_no_model_library(tmp_path: Path) -> None:
+    write_rare_species_repo(tmp_path / "repo", per_class=1)
+    result = subprocess.run(
+        [sys.executable, "-c", PREPARE_IMPORTS, str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == "[]"
+    assert json.loads((tmp_path / "out" / "benchmark.json").read_text())["n_templates"] == 80
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from vlbench.data.sources import FORMATS
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.data.sources.writer import write_canonical
 from vlbench.errors import VlbenchError
-from vlbench.protocols import protocol_of_format
 
 GOOD = image_bytes(1)
 
@@ -129,7 +128,7 @@ def config_with(source: dict[str, Any], **benchmark: Any) -> dict[str, Any]:
 
 def test_schema_accepts_every_format_and_protocol_option() -> None:
     for name in FORMATS:
-        config = config_with({"path": "x", "format": name}, protocol=protocol_of_format(name).name)
+        config = config_with({"path": "x", "format": name}, protocol=FORMATS[name].protocol)
         validate(config)
     validated = validate(
         config_with(

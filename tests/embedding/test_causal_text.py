@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import torch
 from embed_support import TINY_CONFIG, tiny_model, write_texts
 
+from vlbench.embedding.encode import embed_shard
 from vlbench.embedding.models import load_model
 from vlbench.embedding.models.causal_text import (
     BUCKET_TOKENS,
@@ -20,7 +20,8 @@ from vlbench.embedding.models.causal_text import (
     padding_trimmed_text_encoder,
 )
 from vlbench.embedding.models.open_clip_adapter import write_random_checkpoint
-from vlbench.embedding.shards import EmbedSettings, embed_shard
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard
 
 TEXT_CFG = {"context_length": 77, "vocab_size": 1000, "width": 64, "heads": 2, "layers": 3}
 VISION_CFG = {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16}
@@ -151,12 +152,9 @@ def test_shard_provenance_says_whether_padding_was_trimmed(tmp_path: Path) -> No
     matrices = {}
     for trim in (True, False):
         settings = EmbedSettings.from_config("b", batch_size=4, trim_text_padding=trim)
-        out = tmp_path / f"trim-{trim}"
-        records[trim] = embed_shard(
-            model, {"name": "tiny"}, "text", texts, 0, 9, settings,
-            out / "s.npy", out / "s.ids.parquet", out / "s.json",
-        )  # fmt: skip
-        matrices[trim] = np.load(out / "s.npy", allow_pickle=False)
-        assert json.loads((out / "s.json").read_text())["text_padding_trimmed"] is trim
+        _, matrices[trim], records[trim] = embed_shard(
+            model, {"name": "tiny"}, Shard("text", texts, 0, 0, 9), settings
+        )
+        assert records[trim]["text_padding_trimmed"] is trim
     assert records[True]["settings"]["trim_text_padding"] is True
     np.testing.assert_allclose(matrices[True], matrices[False], atol=1e-6)

@@ -26,13 +26,12 @@ from PIL import Image
 from vlbench.data.canonical import IMAGES_SCHEMA
 from vlbench.data.decode_policy import (
     CONVERT_CHOICES,
-    FORMAT_POLICIES,
     LEGACY,
     DecodePolicy,
     policy_metadata,
     read_policy,
-    resolve_policy,
 )
+from vlbench.data.sources import FORMATS, format_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import ImageChunks, decode_image, plan_chunks
 from vlbench.errors import VlbenchError
@@ -209,35 +208,32 @@ def open_convert_rgb(folder: Path, preprocess: Preprocess) -> dict[str, torch.Te
 
 def test_clip_benchmark_wds_policy_matches_clip_benchmark(tmp_path: Path, preprocess) -> None:
     reference = clip_benchmark_wds(tmp_path / "wds", preprocess)
-    assert_bitwise(reference, ours(tmp_path, FORMAT_POLICIES["clip_benchmark_wds"], preprocess))
+    assert_bitwise(reference, ours(tmp_path, FORMATS["clip_benchmark_wds"].decode, preprocess))
 
 
 @pytest.mark.parametrize("fmt", ["hf_parquet", "biovita"])
 def test_datasets_then_rgb_formats_match_their_reference(tmp_path: Path, preprocess, fmt) -> None:
-    assert_bitwise(datasets_then_rgb(preprocess), ours(tmp_path, FORMAT_POLICIES[fmt], preprocess))
+    assert_bitwise(datasets_then_rgb(preprocess), ours(tmp_path, FORMATS[fmt].decode, preprocess))
 
 
 @pytest.mark.parametrize("fmt", ["inquire", "nlphuji_csv_zip"])
 def test_datasets_as_is_formats_match_their_reference(tmp_path: Path, preprocess, fmt) -> None:
-    assert_bitwise(datasets_as_is(preprocess), ours(tmp_path, FORMAT_POLICIES[fmt], preprocess))
+    assert_bitwise(datasets_as_is(preprocess), ours(tmp_path, FORMATS[fmt].decode, preprocess))
 
 
 def test_imagefolder_csv_policy_matches_the_bioclip_loader(tmp_path: Path, preprocess) -> None:
     reference = bioclip_img_loader(tmp_path / "files", preprocess)
-    assert_bitwise(reference, ours(tmp_path, FORMAT_POLICIES["imagefolder_csv"], preprocess))
+    assert_bitwise(reference, ours(tmp_path, FORMATS["imagefolder_csv"].decode, preprocess))
 
 
 @pytest.mark.parametrize("fmt", ["annotation_csv", "karpathy_json"])
 def test_open_convert_formats_match_their_reference(tmp_path: Path, preprocess, fmt) -> None:
     reference = open_convert_rgb(tmp_path / "files", preprocess)
-    assert_bitwise(reference, ours(tmp_path, FORMAT_POLICIES[fmt], preprocess))
+    assert_bitwise(reference, ours(tmp_path, FORMATS[fmt].decode, preprocess))
 
 
-def test_every_format_has_a_policy_and_the_fixtures_tell_them_apart(preprocess) -> None:
+def test_the_fixtures_tell_the_policies_apart(preprocess) -> None:
     """The fixtures are sensitive: EXIF and mode order each change some tensor."""
-    from vlbench.data.sources import FORMATS
-
-    assert set(FORMAT_POLICIES) == set(FORMATS)
     _, rotated = FIXTURES["exif6-jpeg"]
     upright = decode_image(rotated, "x", Path("f"), policy=LEGACY)
     sideways = decode_image(rotated, "x", Path("f"), policy=DecodePolicy(False, "before"))
@@ -268,13 +264,13 @@ def test_legacy_decode_is_the_former_decode_bitwise() -> None:
 
 
 def test_config_overrides_the_format_default() -> None:
-    assert resolve_policy("clip_benchmark_wds", None) == DecodePolicy(False, "before")
-    assert resolve_policy("clip_benchmark_wds", {"exif": True}) == LEGACY
-    assert resolve_policy("hf_parquet", {"convert": "after"}) == DecodePolicy(True, "after")
+    assert format_policy("clip_benchmark_wds", None) == DecodePolicy(False, "before")
+    assert format_policy("clip_benchmark_wds", {"exif": True}) == LEGACY
+    assert format_policy("hf_parquet", {"convert": "after"}) == DecodePolicy(True, "after")
     with pytest.raises(VlbenchError, match=r"benchmarks.b.decode.convert must be one of"):
-        resolve_policy("hf_parquet", {"convert": "late"}, "benchmarks.b")
+        format_policy("hf_parquet", {"convert": "late"}, "benchmarks.b")
     with pytest.raises(VlbenchError, match=r"benchmarks.b.decode: unknown key\(s\) rotate"):
-        resolve_policy("hf_parquet", {"rotate": True}, "benchmarks.b")
+        format_policy("hf_parquet", {"rotate": True}, "benchmarks.b")
 
 
 def test_each_reference_is_matched_by_exactly_its_formats_policy(
@@ -299,4 +295,4 @@ def test_each_reference_is_matched_by_exactly_its_formats_policy(
             for policy, mine in decoded.items()
             if all(torch.equal(reference[name], mine[name]) for name in FIXTURES)
         ]
-        assert matching == [FORMAT_POLICIES[fmt]], fmt
+        assert matching == [FORMATS[fmt].decode], fmt

@@ -21,10 +21,12 @@ from PIL import Image
 
 from vlbench import atomic
 from vlbench.atomic import sweep_partials
+from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import decode_image
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter, source_fingerprint
-from vlbench.embedding.shards import EmbedSettings, embed_rows
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard
 from vlbench.errors import VlbenchError
 
 ROWS = 21
@@ -34,6 +36,11 @@ ROWS = 21
 def images_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
     path = tmp_path_factory.mktemp("pixels") / "images.parquet"
     return path, write_images(path, ROWS, row_group_size=5)
+
+
+def rows(source: Path, start: int, stop: int) -> Shard:
+    """Rows [start, stop) of an images file as a shard (digest-less: the legacy cache name)."""
+    return Shard("image", source, 0, start, stop)
 
 
 def settings(cache_dir: Path, **changes) -> EmbedSettings:
@@ -71,11 +78,11 @@ def test_embeddings_through_cache_equal_reference_bitwise(
     source, images = images_file
     model = tiny_model()
     reference = reference_image_embeddings(model, images, batch_size=4)
-    off = embed_rows(model, "image", source, 0, ROWS, settings(tmp_path, pixel_cache=False))[1]
+    off = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path, pixel_cache=False))[1]
     stats_cold: dict = {}
-    cold = embed_rows(model, "image", source, 0, ROWS, settings(tmp_path), stats_cold)[1]
+    cold = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats_cold)[1]
     stats_warm: dict = {}
-    ids, warm = embed_rows(model, "image", source, 0, ROWS, settings(tmp_path), stats_warm)
+    ids, warm = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats_warm)
     assert stats_cold["pixel_cache"].startswith("miss")
     assert stats_warm["pixel_cache"].startswith("hit")
     assert ids == [f"img-{row:04d}" for row in range(ROWS)]
@@ -91,7 +98,7 @@ def test_worker_processes_keep_row_order(
     model = tiny_model()
     reference = reference_image_embeddings(model, images[5:19], batch_size=4)
     run = settings(tmp_path, num_workers=2, pixel_cache=False)
-    ids, matrix = embed_rows(model, "image", source, 5, 19, run)
+    ids, matrix = embed_rows(model, rows(source, 5, 19), run)
     assert ids == [f"img-{row:04d}" for row in range(5, 19)]
     assert np.array_equal(matrix, reference)
 
@@ -104,9 +111,9 @@ def test_models_sharing_a_geometry_share_the_cache_and_keep_their_own_normalisat
     second = tiny_model(seed=1, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     key_first = ImagePipeline.from_model(first).geometry_key(draft=False)
     assert key_first == ImagePipeline.from_model(second).geometry_key(draft=False)
-    embed_rows(first, "image", source, 0, ROWS, settings(tmp_path))
+    embed_rows(first, rows(source, 0, ROWS), settings(tmp_path))
     stats: dict = {}
-    matrix = embed_rows(second, "image", source, 0, ROWS, settings(tmp_path), stats)[1]
+    matrix = embed_rows(second, rows(source, 0, ROWS), settings(tmp_path), stats)[1]
     assert stats["pixel_cache"].startswith("hit")
     assert np.array_equal(matrix, reference_image_embeddings(second, images, batch_size=4))
     cache = PixelCache(tmp_path, "bench", key_first, source)
@@ -122,13 +129,13 @@ def test_a_job_needing_a_shard_another_job_is_decoding_waits_and_reads_it(
     key = ImagePipeline.from_model(model).geometry_key(draft=False)
     cache = PixelCache(tmp_path / "shared", "bench", key, source)
     filled = tmp_path / "filled"
-    embed_rows(model, "image", source, 0, ROWS, settings(filled))  # the first job's result
+    embed_rows(model, rows(source, 0, ROWS), settings(filled))  # the first job's result
     made = PixelCache(filled, "bench", key, source).shard_path(0, ROWS)
     stats: dict = {}
     result: list = []
     second = threading.Thread(
         target=lambda: result.append(
-            embed_rows(model, "image", source, 0, ROWS, settings(tmp_path / "shared"), stats)
+            embed_rows(model, rows(source, 0, ROWS), settings(tmp_path / "shared"), stats)
         )
     )
     with cache.filling(0, ROWS):  # the first job holds the shard while it decodes
@@ -164,7 +171,7 @@ def test_unknown_preprocess_falls_back_to_the_full_transform(
     pipeline = ImagePipeline.from_model(model)
     assert not pipeline.cacheable
     stats: dict = {}
-    matrix = embed_rows(model, "image", source, 0, ROWS, settings(tmp_path), stats)[1]
+    matrix = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats)[1]
     assert stats["pixel_cache"].startswith("off: unknown preprocess step")
     assert np.array_equal(matrix, reference_image_embeddings(model, images, batch_size=4))
     assert not list(tmp_path.rglob("*.npy"))
@@ -186,7 +193,7 @@ def test_a_failed_pass_leaves_no_cache_shard(
 
     model.encode_images = failing  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        embed_rows(model, "image", source, 0, ROWS, settings(tmp_path))
+        embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
@@ -229,7 +236,7 @@ def test_cache_shards_get_the_umask_modes(
     source, _ = images_file
     old = os.umask(mask)
     try:
-        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path))
+        embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path))
     finally:
         os.umask(old)
     cache = cache_of(source, tmp_path)
@@ -252,7 +259,7 @@ def test_full_disk_while_caching_is_one_line_and_leaves_no_partial(
 def assert_full_disk_is_one_line(source: Path, root: Path) -> None:
     """Caching the images of `source` under `root` stops with the one-line full-disk error."""
     with pytest.raises(VlbenchError) as caught:
-        embed_rows(tiny_model(), "image", source, 0, ROWS, settings(root))
+        embed_rows(tiny_model(), rows(source, 0, ROWS), settings(root))
     # 21 rows of 64x64x3 bytes and a 128-byte header: 258,176 bytes.
     shard = cache_of(source, root).shard_path(0, ROWS)
     assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
@@ -287,7 +294,7 @@ def test_stale_partial_of_a_killed_build_is_removed_by_the_next_build(
     [stale] = partials(tmp_path)
     assert stale.name.startswith(f".{cache.shard_path(0, ROWS).name}.")
     stats: dict = {}
-    embed_rows(tiny_model(), "image", source, 0, ROWS, settings(tmp_path), stats)
+    embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path), stats)
     assert stats["pixel_cache"].startswith("miss")
     assert partials(tmp_path) == []
     assert cache.load(0, ROWS) is not None

@@ -1,4 +1,4 @@
-"""Embedding shards: planning, atomic shard files, gather, float16 storage and resume."""
+"""Embedding shards: planning, the job's stored shards, gather, float16 storage and resume."""
 
 from __future__ import annotations
 
@@ -25,19 +25,21 @@ from hypothesis import strategies as st
 
 from vlbench import atomic
 from vlbench.data.canonical import TEXTS_SCHEMA
-from vlbench.embedding import shards as embed_shards
-from vlbench.embedding.matrices import embed_modality_sharded
+from vlbench.embedding import job as embedding_job
+from vlbench.embedding.encode import embed_rows
+from vlbench.embedding.job import EmbeddingJob, embed_with_loaded_model
 from vlbench.embedding.models import EmbeddingModel, register_model_config
+from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import (
+    MatrixFiles,
+    Shard,
+    ShardStore,
     gather_shards,
     load_embeddings,
-    read_shard_plan,
+    plan_shards,
     save_embeddings,
     shard_ranges,
-    stored_shards,
-    write_shard_plan,
 )
-from vlbench.embedding.shards import EmbedSettings
 from vlbench.errors import VlbenchError
 
 ROWS = 13
@@ -52,20 +54,23 @@ def test_shard_ranges_cover_every_row_once_in_order(rows: int, size: int) -> Non
     assert len(ranges) == -(-rows // size)
 
 
-def test_shard_plan_comes_from_parquet_metadata(tmp_path: Path) -> None:
+def test_shards_are_planned_from_parquet_metadata(tmp_path: Path) -> None:
     source = tmp_path / "texts.parquet"
     write_texts(source, 10, row_group_size=3)
-    assert write_shard_plan(source, 4, tmp_path / "plan.json") == 3
-    plan = read_shard_plan(tmp_path / "plan.json")
-    assert plan["rows"] == 10
-    assert plan["shards"] == {"shard-00000": [0, 4], "shard-00001": [4, 8], "shard-00002": [8, 10]}
+    shards = plan_shards("text", source, 4)
+    assert [(shard.name, shard.start, shard.stop) for shard in shards] == [
+        ("shard-00000", 0, 4),
+        ("shard-00001", 4, 8),
+        ("shard-00002", 8, 10),
+    ]
+    assert len({shard.digest for shard in shards}) == 3
 
 
 def test_empty_source_is_a_user_error(tmp_path: Path) -> None:
     source = tmp_path / "texts.parquet"
     write_texts(source, 0, row_group_size=3)
     with pytest.raises(VlbenchError, match="no rows to embed"):
-        write_shard_plan(source, 4, tmp_path / "plan.json")
+        plan_shards("text", source, 4)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +83,11 @@ def benchmark_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 def run(model, directory: Path, out: Path, modality: str, **changes) -> Path:
     settings = EmbedSettings.from_config(
-        "bench", batch_size=4, pixel_cache_dir=str(out / "pixels"), **changes
+        "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), **changes
     )
     source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
-    return embed_modality_sharded(
-        model, {"name": "vlbench-tiny"}, modality, source, settings, 5, out / "emb"
+    return embed_with_loaded_model(
+        model, {"name": "vlbench-tiny"}, source, modality, settings, out / "emb"
     )
 
 
@@ -102,7 +107,7 @@ def test_sharded_images_equal_the_reference_and_are_gathered_in_order(
         ]
     )
     assert np.array_equal(matrix, reference)
-    shards = sorted((tmp_path / "emb" / "image").glob("shard-*.npy"))
+    shards = sorted((tmp_path / "emb" / "shards" / "image").glob("shard-*.npy"))
     assert [p.name for p in shards] == ["shard-00000.npy", "shard-00001.npy", "shard-00002.npy"]
     record = json.loads((tmp_path / "emb" / "image.json").read_text())
     assert record["rows"] == ROWS
@@ -151,15 +156,15 @@ def test_rerun_recomputes_only_missing_shards(
     model = tiny_model()
     first = run(model, directory, tmp_path, "text")
     before = np.load(first, allow_pickle=False)
-    (tmp_path / "emb" / "text" / "shard-00001.npy").unlink()
+    (tmp_path / "emb" / "shards" / "text" / "shard-00001.npy").unlink()
     calls = []
-    original = embed_shards.embed_shard
+    original = embedding_job.embed_shard
 
-    def counting(*args, **kwargs):
-        calls.append(args[4:6])
-        return original(*args, **kwargs)
+    def counting(model, record, shard, settings):
+        calls.append((shard.start, shard.stop))
+        return original(model, record, shard, settings)
 
-    monkeypatch.setattr("vlbench.embedding.shards.embed_shard", counting)
+    monkeypatch.setattr(embedding_job, "embed_shard", counting)
     again = run(model, directory, tmp_path, "text")
     assert calls == [(5, 10)]
     assert np.array_equal(np.load(again, allow_pickle=False), before)
@@ -184,7 +189,7 @@ def test_killed_shard_leaves_nothing_that_looks_finished(
         run(model, directory, tmp_path, "image")
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert not any(name.endswith(".partial") for name in files)
-    assert "emb/image/shard-00000.npy" in files
+    assert "emb/shards/image/shard-00000.npy" in files
     assert not any("shard-00001" in name for name in files)
     assert not (tmp_path / "emb" / "image.npy").exists()
 
@@ -192,31 +197,21 @@ def test_killed_shard_leaves_nothing_that_looks_finished(
 def test_gather_refuses_shards_that_disagree(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.zeros((2, 4), np.float32))
     np.save(tmp_path / "b.npy", np.zeros((2, 3), np.float32))
-    for name in ("a", "b"):
-        (tmp_path / f"{name}.json").write_text("{}")
+    shards = [MatrixFiles.at(tmp_path / name) for name in ("a", "b")]
     with pytest.raises(VlbenchError, match="disagree"):
-        gather_shards(
-            [tmp_path / "a.npy", tmp_path / "b.npy"],
-            [tmp_path / "a.ids", tmp_path / "b.ids"],
-            [tmp_path / "a.json", tmp_path / "b.json"],
-            tmp_path / "out.npy",
-            tmp_path / "out.ids.parquet",
-            tmp_path / "out.json",
-        )
+        gather_shards(shards, [{}, {}], MatrixFiles.at(tmp_path / "out"))
     assert not (tmp_path / "out.npy").exists()
 
 
 def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = []
+    shards = []
     for name in ("a", "b"):
-        npy, ids, prov = (tmp_path / f"{name}{suffix}" for suffix in (".npy", ".ids", ".json"))
-        save_embeddings(
-            [f"{name}{row}" for row in range(1000)], np.ones((1000, 512), np.float32), npy, ids
-        )
-        prov.write_text(json.dumps({"rows": [0, 1000]}))
-        paths.append((npy, ids, prov))
+        files = MatrixFiles.at(tmp_path / name)
+        ids = [f"{name}{row}" for row in range(1000)]
+        save_embeddings(ids, np.ones((1000, 512), np.float32), files.embeddings, files.ids)
+        shards.append(files)
 
     def full(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -224,12 +219,7 @@ def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
     monkeypatch.setattr(atomic.os, "posix_fallocate", full)
     out = tmp_path / "out" / "image.npy"
     with pytest.raises(VlbenchError) as caught:
-        gather_shards(
-            *([shard[i] for shard in paths] for i in range(3)),
-            out,
-            tmp_path / "out" / "image.ids.parquet",
-            tmp_path / "out" / "image.json",
-        )
+        gather_shards(shards, [{"rows": [0, 1000]}] * 2, MatrixFiles.at(out.with_suffix("")))
     # 2000 x 512 float32 and a 128-byte header: 4,096,128 bytes.
     assert str(caught.value) == f"no space left on device for {out} (needs about 4.1 MB)"
     assert not out.exists()
@@ -242,72 +232,94 @@ def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
     assert EmbedSettings.from_config("b", {"num_workers": 5, "threads": 1}).decode_workers == 5
 
 
-def shard_job(directory: Path, out: Path, loads: list[int], text_digest: str = "t0"):
-    """Shard 0 (rows 0-5) of both modalities through `embed_shard_job`; count model loads."""
+def embedding_job_run(
+    directory: Path, out: Path, loads: list[int], monkeypatch: pytest.MonkeyPatch, texts: Path
+) -> dict:
+    """Both modalities of a benchmark through `job.run` (shards of 5 rows); count model loads."""
     model = tiny_model()
 
-    def load():
+    def load(spec, device=None):
         loads.append(1)
-        return model, {"name": "vlbench-tiny"}
+        return model
 
-    work = [
-        embed_shards.ShardWork("image", directory / "images.parquet", 0, 5, "i0"),
-        embed_shards.ShardWork("text", directory / "texts.parquet", 0, 5, text_digest),
-    ]
-    settings = EmbedSettings.from_config("bench", batch_size=4, pixel_cache=False)
-    identity = {"model": {"name": "vlbench-tiny"}, "embedding": {"batch_size": 4}}
-    record = out / "shards" / "shard-00000.json"
-    return embed_shards.embed_shard_job(load, work, settings, identity, out, record)
+    monkeypatch.setattr(embedding_job, "load_model", load)
+    spec = {"name": "vlbench-tiny"}
+    settings = EmbedSettings.from_config("bench", batch_size=4, shard_size=5, pixel_cache=False)
+    job = EmbeddingJob(
+        model=spec,
+        identity={"model": spec, "embedding": result_settings(settings)},
+        settings=settings,
+        sources={"image": directory / "images.parquet", "text": texts},
+        outputs={modality: MatrixFiles.at(out / modality) for modality in ("image", "text")},
+        resume_dir=out / "shards",
+    )
+    return embedding_job.run(job)
 
 
-def test_a_shard_job_embeds_both_modalities_with_one_model_load(
-    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+def test_an_embedding_job_embeds_both_modalities_with_one_model_load(
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory, _ = benchmark_dir
     loads: list[int] = []
-    job = shard_job(directory, tmp_path, loads)
+    records = embedding_job_run(
+        directory, tmp_path, loads, monkeypatch, directory / "texts.parquet"
+    )
     assert loads == [1]
-    assert list(job["modalities"]) == ["text", "image"]  # texts first
-    assert not any(done["reused"] for done in job["modalities"].values())
+    assert list(records) == ["text", "image"]  # texts first
+    assert [len(shards) for shards in records.values()] == [3, 3]
+    assert not any(record["reused"] for shards in records.values() for record in shards)
     for modality in ("image", "text"):
         matrix, ids = load_embeddings(
-            tmp_path / modality / "shard-00000.npy", tmp_path / modality / "shard-00000.ids.parquet"
+            tmp_path / f"{modality}.npy", tmp_path / f"{modality}.ids.parquet"
         )
-        assert matrix.shape[0] == len(ids) == 5
-    written = json.loads((tmp_path / "shards" / "shard-00000.json").read_text())
-    assert {m: done["content_key"] for m, done in written["modalities"].items()} == {
-        m: done["content_key"] for m, done in job["modalities"].items()
-    }
+        assert matrix.shape[0] == len(ids) == ROWS
+        provenance = json.loads((tmp_path / f"{modality}.json").read_text())
+        assert [shard["reused"] for shard in provenance["shards"]] == [False] * 3
 
 
 def test_a_rerun_reuses_stored_shards_and_re_embeds_only_changed_rows(
-    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
+    benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory, _ = benchmark_dir
-    shard_job(directory, tmp_path, [])
-    image = tmp_path / "image" / "shard-00000.npy"
-    text = tmp_path / "text" / "shard-00000.npy"
-    image_mtime, text_mtime = image.stat().st_mtime_ns, text.stat().st_mtime_ns
+    texts = tmp_path / "texts.parquet"
+    table = pq.read_table(directory / "texts.parquet")
+    pq.write_table(table, texts)
+    embedding_job_run(directory, tmp_path / "out", [], monkeypatch, texts)
+    stored = tmp_path / "out" / "shards"
+    mtimes = {path: path.stat().st_mtime_ns for path in stored.rglob("shard-*.npy")}
     loads: list[int] = []
-    again = shard_job(directory, tmp_path, loads)
-    assert loads == [] and all(done["reused"] for done in again["modalities"].values())
-    changed = shard_job(directory, tmp_path, loads, text_digest="t1")  # the texts were edited
+    again = embedding_job_run(directory, tmp_path / "out", loads, monkeypatch, texts)
+    assert loads == [] and all(record["reused"] for shards in again.values() for record in shards)
+    captions = table.column("text").to_pylist()
+    captions[7] += " (edited)"  # a caption of the second text shard
+    edited = table.set_column(table.schema.get_field_index("text"), "text", pa.array(captions))
+    pq.write_table(edited, texts)
+    changed = embedding_job_run(directory, tmp_path / "out", loads, monkeypatch, texts)
     assert loads == [1]
-    assert changed["modalities"]["image"]["reused"] and not changed["modalities"]["text"]["reused"]
-    assert image.stat().st_mtime_ns == image_mtime and text.stat().st_mtime_ns != text_mtime
+    assert [record["reused"] for record in changed["text"]] == [True, False, True]
+    assert all(record["reused"] for record in changed["image"])
+    moved = {
+        path.relative_to(stored).as_posix()
+        for path, mtime in mtimes.items()
+        if path.stat().st_mtime_ns != mtime
+    }
+    assert moved == {"text/shard-00001.npy"}
+    assert json.loads((tmp_path / "out" / "text.json").read_text())["rows"] == ROWS
 
 
-def test_gather_refuses_a_shard_stored_for_other_content(
+def test_a_stored_shard_is_reused_only_under_its_content_key(
     benchmark_dir: tuple[Path, list[bytes]], tmp_path: Path
 ) -> None:
     directory, _ = benchmark_dir
-    shard_job(directory, tmp_path, [])
     identity = {"model": {"name": "vlbench-tiny"}, "embedding": {"batch_size": 4}}
-    assert stored_shards(tmp_path, "text", {"shard-00000": "t0"}, identity)
-    with pytest.raises(VlbenchError, match=r"text/shard-00000\.npy: missing, or embedded from"):
-        stored_shards(tmp_path, "text", {"shard-00000": "t1"}, identity)
-    with pytest.raises(VlbenchError, match=r"delete .*shards/shard-00000\.json"):
-        stored_shards(tmp_path, "image", {"shard-00000": "i0"}, {**identity, "model": {}})
+    store = ShardStore(tmp_path, identity)
+    shard = Shard("text", directory / "texts.parquet", 0, 0, 2, "t0")
+    record = store.save(shard, ["a", "b"], np.eye(2, 4, dtype=np.float32), {"rows": [0, 2]})
+    assert store.stored(shard) == record
+    assert store.stored(Shard("text", shard.source, 0, 0, 2, "t1")) is None  # other rows
+    assert ShardStore(tmp_path, {**identity, "model": {}}).stored(shard) is None  # other model
+    store.files(shard).ids.unlink()
+    assert store.stored(shard) is None  # incomplete
 
 
 def wide_text_model(tmp_path: Path) -> EmbeddingModel:
@@ -339,7 +351,8 @@ def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_pat
     assert not np.array_equal(batched, batched[first])
     stats: dict = {}
     settings = EmbedSettings.from_config("bench", batch_size=5)
-    got_ids, matrix = embed_shards.embed_rows(model, "text", source, 0, len(texts), settings, stats)
+    shard = Shard("text", source, 0, 0, len(texts))
+    got_ids, matrix = embed_rows(model, shard, settings, stats)
     assert got_ids == ids and stats["distinct_texts"] == len(base)
     assert np.array_equal(matrix, matrix[first])
     distinct = np.concatenate([model.encode_texts(base[i : i + 5]) for i in range(0, 23, 5)])
@@ -356,16 +369,16 @@ def test_identical_texts_in_different_shards_get_one_embedding(tmp_path: Path) -
     nulls = pa.nulls(len(texts), pa.string())
     pq.write_table(pa.table([ids, texts, nulls], schema=TEXTS_SCHEMA), source, row_group_size=7)
     model = wide_text_model(tmp_path)
-    settings = EmbedSettings.from_config("bench", batch_size=5)
-    out = embed_modality_sharded(
-        model, {"name": "vlbench-wide-text"}, "text", source, settings, 16, tmp_path / "emb"
+    settings = EmbedSettings.from_config("bench", batch_size=5, shard_size=16)
+    out = embed_with_loaded_model(
+        model, {"name": "vlbench-wide-text"}, source, "text", settings, tmp_path / "emb"
     )
     matrix, got_ids = load_embeddings(out, tmp_path / "emb" / "text.ids.parquet")
     assert list(got_ids) == ids
     first = [texts.index(text) for text in texts]
     assert np.array_equal(matrix, matrix[first])
     stored = np.concatenate(
-        [np.load(path) for path in sorted((tmp_path / "emb" / "text").glob("shard-*.npy"))]
+        [np.load(path) for path in sorted((tmp_path / "emb" / "shards" / "text").glob("*.npy"))]
     )
     differing = sum(not np.array_equal(stored[row], stored[first[row]]) for row in range(len(ids)))
     assert differing > 0  # the shards alone disagree: the fixture is sharp

@@ -320,5 +320,5 @@ def test_changing_the_decode_policy_re_embeds_only_that_benchmarks_images(
         for path, mtime in before.items()
         if path.stat().st_mtime_ns != mtime
     }
-    assert changed == {"flickr-wds/image/shard-00000.npy"}
+    assert changed == {"flickr-wds/shards/image/shard-00000.npy"}
     assert hits(workdir, "flickr-wds") == hits(workdir, "flickr-wds-legacy")

@@ -19,11 +19,12 @@ from workflow_helpers import SNAKEFILE, run_in_own_session, write_shared_demo
 
 from vlbench.atomic import CRASH_ENV
 
-# Whole-workflow kills at three points: an embedding shard (GPU job, resumed per shard), a rank
-# file (a job with several inputs) and the final table. Every kind of atomic write is also killed
-# before its rename in a fast unit test (tests/test_atomic.py, CRASH_SITES).
+# Whole-workflow kills at three points: an embedding shard (the GPU job, resumed per shard), a
+# rank file (the evaluation job, several inputs and outputs) and the final table. Every kind of
+# atomic write is also killed before its rename in a fast unit test (tests/test_atomic.py,
+# CRASH_SITES).
 CRASH_POINTS = [
-    "*/results/embeddings/*/text/shard-00001.npy",
+    "*/results/embeddings/*/shards/text/shard-00001.npy",
     "*/results/ranks/*/image_to_text.parquet",
     "*/results/tables/metrics.csv",
 ]

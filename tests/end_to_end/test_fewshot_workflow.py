@@ -95,15 +95,8 @@ def test_a_zeroshot_run_makes_the_fewshot_table_with_no_embedding_job_of_its_own
     zeroshot_jobs = {
         job("prepare_benchmark", **on_benchmark),
         job("init_random_checkpoint", model=MODEL),
-        *(job("plan_shards", **on_benchmark, modality=m) for m in ("image", "text")),
-        job("embed_shard", model=MODEL, **on_benchmark, shard="shard-00000"),
-        *(
-            job("gather_embeddings", model=MODEL, **on_benchmark, modality=m)
-            for m in ("image", "text")
-        ),
-        job("build_index", model=MODEL, **on_benchmark, modality="text"),
-        job("rank", model=MODEL, **on_benchmark, direction="image_to_text"),
-        job("metrics", model=MODEL, **on_benchmark, direction="image_to_text"),
+        job("embed", model=MODEL, **on_benchmark),
+        job("evaluate_zeroshot", model=MODEL, **on_benchmark),
     }
     # Everything a zero-shot evaluation runs anyway, plus the one few-shot job.
     assert ran == zeroshot_jobs | {FEWSHOT_JOB} | SUMMARY

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
 from loopback_hub import LoopbackHub
-from workflow_helpers import TINY_MODEL_CONFIG, run_workflow, write_config
+from workflow_helpers import SNAKEFILE, TINY_MODEL_CONFIG, run_workflow, write_config
 
 from vlbench.data.synthetic import write_synthetic_biomedflickr
 from vlbench.workflow.lockfile import read_lock
@@ -37,13 +39,10 @@ def publish(hub: LoopbackHub, tmp_path: Path, seed: int) -> tuple[str, str]:
     return hub.commit_folder("model", MODEL, model), hub.commit_folder("dataset", DATASET, data)
 
 
-def test_first_run_locks_and_a_moved_branch_changes_nothing(
-    tmp_path: Path, loopback_hub: LoopbackHub
-) -> None:
-    model_sha, data_sha = publish(loopback_hub, tmp_path, seed=1)
-    workdir = tmp_path / "work"
+def hubbed_config(workdir: Path) -> Path:
+    """A config of one unpinned hub model on one unpinned hub dataset."""
     workdir.mkdir()
-    config = write_config(
+    return write_config(
         workdir,
         {
             "models": {"tiny-hub": {"name": f"hf-hub:{MODEL}"}},
@@ -55,6 +54,61 @@ def test_first_run_locks_and_a_moved_branch_changes_nothing(
         },
         "hubbed.yaml",
     )
+
+
+# A dry run through Snakemake's Python API, as a program driving the workflow would make it.
+API_DRY_RUN = """
+import sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+snakefile, workdir, configfile = map(Path, sys.argv[1:])
+with SnakemakeApi(OutputSettings()) as api:
+    workflow = api.workflow(
+        snakefile=snakefile,
+        workdir=workdir,
+        resource_settings=ResourceSettings(cores=1),
+        config_settings=ConfigSettings(configfiles=[configfile]),
+    )
+    workflow.dag().execute_workflow(executor="dryrun")
+"""
+
+
+def test_plan_only_invocations_neither_ask_the_hub_nor_write_the_lock(
+    tmp_path: Path, loopback_hub: LoopbackHub
+) -> None:
+    """Snakemake's settings, not its command line, say when a plan only plans: `-n`, a
+    profile that sets `dryrun: true`, the Python API's dry run, --lint and --dag."""
+    publish(loopback_hub, tmp_path, seed=1)
+    workdir = tmp_path / "work"
+    config = hubbed_config(workdir)
+    profile = tmp_path / "dry-profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("dryrun: true\n", encoding="utf-8")
+    asked = len(loopback_hub.requests)
+    for extra in (("-n",), ("--workflow-profile", str(profile)), ("--lint",), ("--dag",)):
+        result = run_workflow(workdir, config, *extra, check=False)
+        assert result.returncode == 0, (extra, result.stderr[-3000:])
+        assert "will pin on first use" in result.stdout + result.stderr, extra
+    api = subprocess.run(
+        [sys.executable, "-c", API_DRY_RUN, str(SNAKEFILE), str(workdir), str(config)],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+    )
+    assert api.returncode == 0, api.stderr[-3000:]
+    assert "embed" in api.stdout + api.stderr  # the dry run planned the jobs
+    assert not (workdir / "hubbed.lock").exists()
+    assert loopback_hub.requests[asked:] == []
+
+
+def test_first_run_locks_and_a_moved_branch_changes_nothing(
+    tmp_path: Path, loopback_hub: LoopbackHub
+) -> None:
+    model_sha, data_sha = publish(loopback_hub, tmp_path, seed=1)
+    workdir = tmp_path / "work"
+    config = hubbed_config(workdir)
 
     first = run_workflow(workdir, config)
     lock = workdir / "hubbed.lock"

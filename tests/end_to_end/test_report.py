@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from vlbench.embedding.shard_files import gather_shards, save_embeddings
+from vlbench.embedding.shard_files import MatrixFiles, gather_shards, save_embeddings
 from vlbench.metrics.rows import METRIC_COLUMNS
 from vlbench.report.provenance import (
     collect_provenance,
@@ -68,7 +68,7 @@ def test_report_holds_provenance(demo_run: Path) -> None:
     provenance = next(page for page in pages if "Provenance" in page)
     weights = hashlib.sha256((demo_run / "results/checkpoints/tiny.pt").read_bytes()).hexdigest()
     assert weights in provenance
-    for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "rank"):
+    for expected in ("synthetic", "fp32", "<td>64</td>", "cpu", "embed", "evaluate"):
         assert expected in provenance, expected
     assert importlib.metadata.version("open_clip_torch") in provenance
     metrics = next(page for page in pages if "Provenance" not in page)
@@ -105,20 +105,23 @@ def test_provenance_reads_jobs_and_timings_of_one_benchmark(tmp_path: Path) -> N
         )
     )
     timings = tmp_path / "timings"
+    files = []
     for relative, seconds in (
-        ("embed/m1/b/image.tsv", "3.5"),
+        ("embed/m1/b.tsv", "3.5"),
+        ("evaluate/m1/b.tsv", "0.5"),
         ("prepare_benchmark/b.tsv", "1.0"),
-        ("rank/m1/other/text_to_image.tsv", "7.0"),
     ):
         path = timings / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:03\t100.5\n")
-    rows = timing_rows(timings, "b")
+        files.append(path)
+    rows = timing_rows(files, timings)
     assert [(row["rule"], row["job"], row["seconds"]) for row in rows] == [
-        ("embed", "m1/b/image", 3.5),
+        ("embed", "m1/b", 3.5),
+        ("evaluate", "m1/b", 0.5),
         ("prepare_benchmark", "b", 1.0),
     ]
-    collected = collect_provenance("b", meta, [record], timings)
+    collected = collect_provenance("b", meta, [record], files, timings)
     assert collected["embeddings"][0]["model_key"] == "m1"
     assert collected["embeddings"][0]["torch"] == "9.9"
     page = provenance_html(collected)
@@ -127,35 +130,29 @@ def test_provenance_reads_jobs_and_timings_of_one_benchmark(tmp_path: Path) -> N
 
 def gathered_embedding(directory: Path, places: list[tuple[str, str, str]]) -> Path:
     """A gathered <modality>.json written by the gather, one shard per (host, device, name)."""
-    shards = []
+    shards, records = [], []
     for index, (host, device, device_name) in enumerate(places):
-        stem = directory / "image" / f"shard-{index:05d}"
-        stem.parent.mkdir(parents=True, exist_ok=True)
+        files = MatrixFiles.at(directory / "shards" / "image" / f"shard-{index:05d}")
+        files.embeddings.parent.mkdir(parents=True, exist_ok=True)
         ids = [f"img-{index}-{row}" for row in range(2)]
-        npy, ids_path, json_path = (stem.with_suffix(s) for s in (".npy", ".ids.parquet", ".json"))
-        save_embeddings(ids, np.eye(2, 4, dtype=np.float32), npy, ids_path)
-        record = {
-            "model": {"name": "ViT-B-16", "pretrained": "openai"},
-            "weights_sha256": "f" * 64,
-            "precision": "bf16",
-            "device": device,
-            "device_name": device_name,
-            "host": host,
-            "batch_size": 256,
-            "modality": "image",
-            "rows": [2 * index, 2 * index + 2],
-            "seconds": 1.5,
-            "versions": {"torch": "9.9"},
-        }
-        json_path.write_text(json.dumps(record))
-        shards.append((npy, ids_path, json_path))
-    out = directory / "image.npy"
-    gather_shards(
-        *([shard[i] for shard in shards] for i in range(3)),
-        out,
-        directory / "image.ids.parquet",
-        directory / "image.json",
-    )
+        save_embeddings(ids, np.eye(2, 4, dtype=np.float32), files.embeddings, files.ids)
+        records.append(
+            {
+                "model": {"name": "ViT-B-16", "pretrained": "openai"},
+                "weights_sha256": "f" * 64,
+                "precision": "bf16",
+                "device": device,
+                "device_name": device_name,
+                "host": host,
+                "batch_size": 256,
+                "modality": "image",
+                "rows": [2 * index, 2 * index + 2],
+                "seconds": 1.5,
+                "versions": {"torch": "9.9"},
+            }
+        )
+        shards.append(files)
+    gather_shards(shards, records, MatrixFiles.at(directory / "image"))
     return directory / "image.json"
 
 
@@ -174,7 +171,7 @@ def test_provenance_csv_takes_device_and_host_from_the_gathered_shards(tmp_path:
         ],
     )
     assert "device" not in json.loads(spread.read_text())  # moved under shards[]
-    record = collect_provenance("b", meta, [spread, one_place], tmp_path / "timings")
+    record = collect_provenance("b", meta, [spread, one_place], [])
     write_provenance(record, tmp_path / "b.csv", tmp_path / "b.html")
     with open(tmp_path / "b.csv", encoding="utf-8", newline="") as handle:
         rows = {row["model_key"]: row for row in csv.DictReader(handle)}

@@ -2,8 +2,8 @@
 
 One finished run (two models, two local benchmarks, a paper table) is copied for every edit; the
 edit is applied to the copy and the jobs of Snakemake's dry run are compared with the set the
-DAG says must rerun. Jobs downstream of a shard plan that reruns are not listed by a dry run
-(the plan is a checkpoint); which embedding shards then really rerun is checked by a real run.
+DAG says must rerun. Which embedding shards a rerunning embedding job really embeds again (its
+stored shards are reused by content key) is checked by a real run.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from vlbench.embedding.models import write_random_checkpoint
 
 MODELS = ("local", "tiny")
 BENCHMARKS = ("birds", "pairs")
-MODALITIES = ("image", "text")
-DIRECTIONS = ("image_to_text", "text_to_image")
 PAIRS_PARQUET = "data/pairs/data/test-00000-of-00001.parquet"
 OLD_MTIME_NS = 946_684_800 * 10**9  # 2000-01-01: older than every output
 
@@ -60,58 +58,23 @@ def summary(benchmarks=BENCHMARKS, paired_tests: bool = True) -> set[str]:
     return jobs
 
 
-def from_metrics(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
-    """Metric jobs and everything after them."""
-    return {
-        job("metrics", model=m, benchmark=b, direction=d)
-        for m in models
-        for b in benchmarks
-        for d in DIRECTIONS
-    } | summary()
+def from_evaluation(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Evaluation jobs (indexes, ranks and metrics of every direction) and everything after."""
+    jobs = {job("evaluate_paired", model=m, benchmark=b) for m in models for b in benchmarks}
+    return jobs | summary()
 
 
-def from_ranks(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
-    """Rank jobs and everything after them."""
-    ranks = {
-        job("rank", model=m, benchmark=b, direction=d)
-        for m in models
-        for b in benchmarks
-        for d in DIRECTIONS
-    }
-    return ranks | from_metrics(models, benchmarks)
-
-
-def from_gather(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
-    """Gathered matrices, their indexes, and everything after them."""
-    jobs = set()
-    for m in models:
-        for b in benchmarks:
-            for modality in MODALITIES:
-                jobs |= {
-                    job("gather_embeddings", model=m, benchmark=b, modality=modality),
-                    job("build_index", model=m, benchmark=b, modality=modality),
-                }
-    return jobs | from_ranks(models, benchmarks)
-
-
-def from_shards(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
-    """Every embedding shard job (one per benchmark here: shard 0 of both modalities) and
+def from_embeddings(models=MODELS, benchmarks=BENCHMARKS) -> set[str]:
+    """Embedding jobs (one per model and benchmark, every shard of both modalities) and
     everything after them."""
-    shards = {
-        job("embed_shard", model=m, benchmark=b, shard="shard-00000")
-        for m in models
-        for b in benchmarks
-    }
-    return shards | from_gather(models, benchmarks)
+    jobs = {job("embed", model=m, benchmark=b) for m in models for b in benchmarks}
+    return jobs | from_evaluation(models, benchmarks)
 
 
 def from_prepare(benchmark: str) -> set[str]:
-    """A benchmark re-prepared: its plans (checkpoints: the dry run stops there) and after."""
-    plans = {job("plan_shards", benchmark=benchmark, modality=m) for m in MODALITIES}
-    return (
-        {job("prepare_benchmark", benchmark=benchmark)}
-        | plans
-        | from_gather(benchmarks=(benchmark,))
+    """A benchmark re-prepared, and every model's jobs on it."""
+    return {job("prepare_benchmark", benchmark=benchmark)} | from_embeddings(
+        benchmarks=(benchmark,)
     )
 
 
@@ -229,14 +192,11 @@ def remove_benchmark(workdir: Path) -> None:
 
 
 def new_benchmark_jobs() -> set[str]:
-    jobs = {job("prepare_benchmark", benchmark="more")}
-    jobs |= {job("plan_shards", benchmark="more", modality=m) for m in MODALITIES}
-    # A new benchmark's plans are not written yet, so the dry run lists its gathers, not shards.
-    return jobs | from_gather(benchmarks=("more",)) | summary(("birds", "more", "pairs"))
+    return from_prepare("more") | summary(("birds", "more", "pairs"))
 
 
-MODEL_TINY = {job("init_random_checkpoint", model="tiny")} | from_shards(models=("tiny",))
-EXTRA_MODEL = {job("init_random_checkpoint", model="extra")} | from_shards(models=("extra",))
+MODEL_TINY = {job("init_random_checkpoint", model="tiny")} | from_embeddings(models=("tiny",))
+EXTRA_MODEL = {job("init_random_checkpoint", model="extra")} | from_embeddings(models=("extra",))
 
 MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "nothing changed": (lambda workdir: None, set()),
@@ -247,11 +207,11 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "model_config of a random-init model edited": (model_config_edited(MODEL_A), MODEL_TINY),
     "model_config of a local checkpoint edited": (
         model_config_edited(MODEL_B),
-        from_shards(models=("local",)),
+        from_embeddings(models=("local",)),
     ),
     "local checkpoint replaced by an older file": (
         checkpoint_replaced_by_older_copy,
-        from_shards(models=("local",)),
+        from_embeddings(models=("local",)),
     ),
     "reference CSV edited, mtime kept": (
         reference_csv_edited_keeping_mtime,
@@ -262,22 +222,20 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "embedding.threads": (set_key("embedding", "threads", value=1), set()),
     "prepare.threads": (set_key("prepare", "threads", value=1), set()),
     "embedding.pixel_cache": (set_key("embedding", "pixel_cache", value=False), set()),
-    "warm_workers.idle_seconds": (set_key("warm_workers", "idle_seconds", value=0), set()),
     "ranking.block_mb": (set_key("ranking", "block_mb", value=64), set()),
-    "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_shards()),
-    "embedding.shard_size": (
-        set_key("embedding", "shard_size", value=10),
-        {job("plan_shards", benchmark=b, modality=m) for b in BENCHMARKS for m in MODALITIES}
-        | from_gather(),
-    ),
+    "embedding.batch_size": (set_key("embedding", "batch_size", value=8), from_embeddings()),
+    "embedding.shard_size": (set_key("embedding", "shard_size", value=10), from_embeddings()),
     "embedding.storage_dtype": (
         set_key("embedding", "storage_dtype", value="float16"),
-        from_shards(),
+        from_embeddings(),
     ),
-    "ranking.tie_policy": (set_key("ranking", "tie_policy", value="optimistic"), from_ranks()),
+    "ranking.tie_policy": (
+        set_key("ranking", "tie_policy", value="optimistic"),
+        from_evaluation(),
+    ),
     "metrics.bootstrap_samples": (
         set_key("metrics", "bootstrap_samples", value=30),
-        from_metrics(),
+        from_evaluation(),
     ),
     "metrics.permutation_samples": (
         set_key("metrics", "permutation_samples", value=60),
@@ -297,7 +255,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "benchmarks.birds.k": (
         set_key("benchmarks", "birds", "k", value=[1, 10]),
-        from_metrics(benchmarks=("birds",)),
+        from_evaluation(benchmarks=("birds",)),
     ),
     "benchmarks.pairs.prompt_prefix": (
         set_key("benchmarks", "pairs", "prompt_prefix", value="a photo of "),
@@ -337,7 +295,7 @@ def test_an_edit_schedules_exactly_its_dependent_jobs(
 def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
     matrix_run: Path, tmp_path: Path
 ) -> None:
-    """The shard job reruns (its text rows changed) but reuses its stored image shard: only
+    """The embedding job reruns (its text rows changed) but reuses its stored image shard: only
     the text shards are embedded again; the image matrix is gathered again, byte-identical."""
     workdir = copy_of_run(matrix_run, tmp_path)
     embeddings = workdir / "results" / "embeddings"
@@ -350,11 +308,12 @@ def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(
         for path, mtime_ns in before.items()
         if path.stat().st_mtime_ns != mtime_ns
     }
-    assert changed == {f"{model}/pairs/text/shard-00000.npy" for model in MODELS}
+    assert changed == {f"{model}/pairs/shards/text/shard-00000.npy" for model in MODELS}
     assert all(path.read_bytes() == content for path, content in images.items())
     for model in MODELS:
-        job = json.loads((embeddings / model / "pairs" / "shards" / "shard-00000.json").read_text())
-        assert job["modalities"]["image"]["reused"] and not job["modalities"]["text"]["reused"]
+        for modality, reused in (("image", True), ("text", False)):
+            record = json.loads((embeddings / model / "pairs" / f"{modality}.json").read_text())
+            assert [shard["reused"] for shard in record["shards"]] == [reused], modality
     assert scheduled_jobs(workdir) == set()
 
 

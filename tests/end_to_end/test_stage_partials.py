@@ -2,7 +2,7 @@
 hidden partial, and that stage's next run sweeps it (vlbench.atomic.sweep_partials).
 
 Each stage runs the package function its rule script calls, on the outputs of the stages before
-it (a small chain built once: synthetic source -> canonical parquet -> shard plan -> shards ->
+it (a small chain built once: synthetic source -> canonical parquet -> stored shards ->
 gathered matrices -> index -> ranks -> metrics -> tables, paper table, plots, provenance).
 """
 
@@ -38,43 +38,38 @@ STAGES: dict[str, tuple[str, str]] = {
         "                  root / 'source', root / 'data')",
         "data/texts.parquet",
     ),
-    "plan_shards": (
-        "from vlbench.embedding.shard_files import write_shard_plan\n"
-        "for modality in ('image', 'text'):\n"
-        "    write_shard_plan(root / 'data' / f'{modality}s.parquet', 100,\n"
-        "                     root / 'plans' / f'{modality}.json')",
-        "plans/text.json",
-    ),
     "init_random_checkpoint": (
         "from vlbench.embedding.models import write_random_checkpoint\n"
         f"write_random_checkpoint('vlbench-tiny', {str(TINY_MODEL_CONFIG)!r}, 0, root / 'c.pt')",
         "c.pt",
     ),
-    "embed_shard": (
+    # The embedding job: each shard stored in its resume folder, then the gathered matrices.
+    "embed (stored shard)": (
         "import pyarrow.parquet as pq\n"
-        "from vlbench.embedding.shard_files import save_embeddings\n"
+        "from vlbench.embedding.shard_files import ShardStore, plan_shards\n"
         "rng = np.random.default_rng(0)\n"
         "for modality, column in (('image', 'image_id'), ('text', 'text_id')):\n"
-        "    ids = pq.read_table(root / 'data' / f'{modality}s.parquet', columns=[column])\n"
-        "    ids = ids.column(column).to_pylist()\n"
+        "    source = root / 'data' / f'{modality}s.parquet'\n"
+        "    (shard,) = plan_shards(modality, source, 100)\n"
+        "    ids = pq.read_table(source, columns=[column]).column(column).to_pylist()\n"
         "    vectors = rng.normal(size=(len(ids), 8)).astype(np.float32)\n"
         "    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)\n"
-        "    shard = root / 'shards' / modality / 'shard-00000.npy'\n"
-        "    save_embeddings(ids, vectors, shard, shard.with_suffix('.ids.parquet'))\n"
-        "    record = {'modality': modality, 'rows': [0, len(ids)], 'seconds': 0.1}\n"
-        "    shard.with_suffix('.json').write_text(json.dumps(record))",
+        "    record = {'modality': modality, 'rows': [0, len(ids)], 'seconds': 0.1,\n"
+        "              'source': str(source)}\n"
+        "    ShardStore(root / 'shards' / modality, {}).save(shard, ids, vectors, record)",
         "shards/text/shard-00000.ids.parquet",
     ),
-    "gather_embeddings": (
-        "from vlbench.embedding.shard_files import gather_shards\n"
+    "embed (gathered matrices)": (
+        "from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards\n"
+        "from vlbench.embedding.shard_files import plan_shards\n"
         "for modality in ('image', 'text'):\n"
-        "    shard = root / 'shards' / modality / 'shard-00000.npy'\n"
-        "    out = root / 'embeddings' / f'{modality}.npy'\n"
-        "    gather_shards([shard], [shard.with_suffix('.ids.parquet')],\n"
-        "                  [shard.with_suffix('.json')], out, out.with_suffix('.ids.parquet'),\n"
-        "                  out.with_suffix('.json'))",
+        "    store = ShardStore(root / 'shards' / modality, {})\n"
+        "    (shard,) = plan_shards(modality, root / 'data' / f'{modality}s.parquet', 100)\n"
+        "    gather_shards([store.files(shard)], [store.stored(shard)],\n"
+        "                  MatrixFiles.at(root / 'embeddings' / modality))",
         "embeddings/image.npy",
     ),
+    # The evaluation job: indexes, ranks and metrics of a direction.
     "build_index": (
         "from vlbench.rank.index import build_flat_index\n"
         "for modality in ('image', 'text'):\n"
@@ -129,7 +124,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "provenance": (
         "from vlbench.report.provenance import collect_provenance, write_provenance\n"
         "record = collect_provenance('demo', root / 'data' / 'benchmark.json',\n"
-        "    [root / 'embeddings' / 'image.json'], root / 'timings')\n"
+        "    [root / 'embeddings' / 'image.json'], [], root / 'timings')\n"
         "write_provenance(record, root / 'provenance.csv', root / 'provenance.html')",
         "provenance.html",
     ),

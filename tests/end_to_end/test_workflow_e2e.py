@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from workflow_helpers import (
     shared_demo,
     synthetic_benchmark,
     tiny_model,
+    watch_processes,
     write_config,
 )
 
@@ -93,6 +96,24 @@ def test_values_equal_an_independent_computation(demo_run: Path) -> None:
 def test_second_run_has_nothing_to_do(demo_run: Path) -> None:
     result = run_workflow(demo_run, demo_run / "config.yaml", "--dry-run")
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_no_process_outlives_the_run(demo_run: Path) -> None:
+    """The shared demo run and its report ran as children of a child subreaper (see
+    `workflow_helpers.watch_processes`): no process they started, a job, a decode worker or a
+    detached daemon, was alive once Snakemake had exited."""
+    for name in ("run", "report"):
+        leftovers = demo_run.parent / f"demo-run.{name}.leftovers.json"
+        assert json.loads(leftovers.read_text(encoding="utf-8")) == [], name
+
+
+def test_the_process_watch_sees_a_detached_daemon(tmp_path: Path) -> None:
+    """What the check above would see: a process that detaches into a session of its own."""
+    daemon = "import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True)"
+    leftovers = tmp_path / "leftovers.json"
+    result = watch_processes([sys.executable, "-c", daemon], leftovers, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [process["command"] for process in json.loads(leftovers.read_text())] == ["sleep 300"]
 
 
 def jobs_in_dry_run(output: str) -> list[tuple[str, dict[str, str]]]:

@@ -119,6 +119,54 @@ def run_in_own_session(
     )
 
 
+# Runs a command as a child subreaper (Linux prctl PR_SET_CHILD_SUBREAPER): every process the
+# command leaves behind, daemons that detach into their own session included, becomes this
+# process's child when its parent exits. After the command, those still alive are written to
+# the JSON file named first (pid and command line), then killed, so nothing outlives the test.
+WATCH_PROCESSES = """
+import ctypes, json, os, signal, subprocess, sys
+PR_SET_CHILD_SUBREAPER = 36
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    sys.exit("cannot become a child subreaper")
+code = subprocess.run(sys.argv[2:]).returncode
+left = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+    except OSError:
+        continue
+    if int(stat[1]) == os.getpid() and stat[0] != "Z":
+        left.append({"pid": int(pid), "command": command.strip()})
+for process in left:
+    os.kill(process["pid"], signal.SIGKILL)
+with open(sys.argv[1], "w") as out:
+    json.dump(left, out)
+sys.exit(code)
+"""
+
+
+def watch_processes(command: list[str], leftovers: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """Run `command` in its own session, recording in `leftovers` (a JSON list) every process
+    it left alive (then killed)."""
+    return subprocess.run(
+        [sys.executable, "-c", WATCH_PROCESSES, str(leftovers), *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def run_watching_processes(
+    workdir: Path, leftovers: Path, *extra: str
+) -> subprocess.CompletedProcess:
+    """`run_in_own_session`, recording in `leftovers` (JSON) every process the run left alive."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
+    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *extra]
+    return watch_processes(command, leftovers, workdir)
+
+
 def copy_of_run(run: Path, tmp_path: Path) -> Path:
     """A copy of a finished run, modification times included (to the nanosecond)."""
     copy = tmp_path / "run"

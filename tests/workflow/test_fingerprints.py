@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vlbench.embedding.shard_files import read_shard_plan, shard_digests, write_shard_plan
+from vlbench.embedding.shard_files import plan_shards, shard_digests
 from vlbench.workflow.checks import model_fingerprint, source_files, source_fingerprint
 from vlbench.workflow.fingerprints import CONTENT_HASH_BYTES, fingerprint
 
@@ -123,8 +123,7 @@ def test_shard_digests_change_only_for_the_shard_whose_rows_changed(tmp_path: Pa
     write_texts(path, texts)
     after = shard_digests(path, ranges)
     assert [b == a for b, a in zip(before, after, strict=True)] == [True, False, True]
-    write_shard_plan(path, 4, tmp_path / "plan.json")
-    assert list(read_shard_plan(tmp_path / "plan.json")["digests"].values()) == after
+    assert [shard.digest for shard in plan_shards("text", path, 4)] == after
 
 
 def test_image_shard_digests_follow_the_image_bytes(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -195,23 +196,45 @@ def test_a_bad_lock_file_is_one_line_naming_it(tmp_path: Path, text: str, messag
     assert str(error.value).startswith(str(lock)) and "\n" not in str(error.value)
 
 
+def snakemake_workflow(executor: str | None, dryrun: bool = False, main: bool = True):
+    """The attributes `executes_jobs` reads of Snakemake's `workflow` object."""
+    return SimpleNamespace(
+        is_main_process=main,
+        executor_plugin=None if executor is None else SimpleNamespace(name=executor),
+        dryrun=dryrun,
+        touch=executor == "touch",
+    )
+
+
 @pytest.mark.parametrize(
-    ("argv", "plans_only"),
+    ("workflow", "executes"),
     [
-        (["--cores", "1", "--configfile", "c.yaml"], False),
-        (["-c1", "-p", "--forceall"], False),
-        (["-n", "--cores", "1"], True),
-        (["-np"], True),
-        (["--dry-run"], True),
-        (["--lint"], True),
-        (["--report", "r.html"], True),
-        (["--list-rules"], True),
-        (["--unlock"], True),
-        (["-S"], True),
+        (snakemake_workflow("local"), True),
+        (snakemake_workflow("slurm"), True),
+        (snakemake_workflow("dryrun", dryrun=True), False),
+        (snakemake_workflow("touch"), False),
+        (snakemake_workflow(None), False),  # --lint, --report, --dag, --summary, ...
+        (snakemake_workflow("slurm-jobstep", main=False), False),  # a job on a cluster node
     ],
 )
-def test_plan_only_invocations_are_recognised(argv: list[str], plans_only: bool) -> None:
-    assert invocation.plans_only(argv) is plans_only
+def test_only_a_main_process_with_a_real_executor_executes_jobs(workflow, executes: bool) -> None:
+    assert invocation.executes_jobs(workflow) is executes
+
+
+def test_first_use_pins_resolve_once_into_the_planned_config(tmp_path: Path) -> None:
+    config = validate(hub_config())
+    lock = tmp_path / "c.lock"
+    planned, _, _ = pinning.plan_pins(config, lock, "c.yaml", resolve=False)
+    assert not lock.exists()
+    first_use = pinning.FirstUsePins(config, lock, "c.yaml")
+    assert first_use.pending
+    info, warnings = first_use.resolve_into(planned, ask=Hub(B))
+    assert warnings == [] and len(info) == 3 and not first_use.pending
+    assert planned["models"]["hub"]["revision"] == B
+    assert planned["benchmarks"]["one"]["source"]["revision"] == B
+    assert first_use.resolve_into(planned, ask=Hub(C)) == ([], [])  # once only
+    assert {pin.commit for pin in read_lock(lock).values()} == {B}
+    assert not pinning.FirstUsePins(config, lock, "c.yaml").pending
 
 
 def test_vlbench_lock_writes_every_pin_then_check_and_update(

@@ -123,7 +123,7 @@ def test_nested_values_from_snakemakes_command_line_take_the_schemas_types(
 
 def test_every_kind_of_setting_is_typed(mine: Path) -> None:
     overrides = snakemake_config(
-        "warm_workers={idle_seconds: 0.5}",
+        "prepare={threads: 3}",
         "metrics={confidence: 0.9, bootstrap_samples: 0, notebook_columns: true}",
         "benchmarks={demo: {k: [1, 5], source: {synthetic: {pairs: 12}}}}",
         "models={tiny: {precision: bf16}}",
@@ -131,7 +131,7 @@ def test_every_kind_of_setting_is_typed(mine: Path) -> None:
         "missing_data=fail",
     )
     config = load_run_config([mine], overrides)
-    assert config["warm_workers"]["idle_seconds"] == 0.5
+    assert config["prepare"]["threads"] == 3
     assert config["metrics"]["confidence"] == 0.9 and config["metrics"]["bootstrap_samples"] == 0
     assert config["metrics"]["notebook_columns"] is True
     assert config["benchmarks"]["demo"]["k"] == [1, 5]

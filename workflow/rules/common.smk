@@ -4,28 +4,30 @@
 
 import functools
 import re
-import sys
 from pathlib import Path
 
 from snakemake.logging import logger
 
 from vlbench.config import pick, result_keys, source_kind
-from vlbench.embedding.shard_files import read_shard_plan
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
-    EMBED_JOB_RECORD,
+    EMBEDDING_SHARDS,
     EMBEDDINGS_DIR,
-    MODALITY_FILES,
     PIXEL_CACHE_DIR,
     RANDOM_CHECKPOINT,
-    SHARD_PLAN,
     SYNTHETIC_SOURCE,
+    TIMINGS_DIR,
+    evaluation_outputs as protocol_outputs,
     modality_file,
-    shard_plan,
     synthetic_source,
 )
-from vlbench.protocols import DIRECTIONS
+from vlbench.protocols import (
+    DIRECTIONS,
+    evaluation_of,
+    evaluations,
+    protocol as protocol_record,
+)
 from vlbench.report.not_run import not_run_summary
 from vlbench.report.paper_layouts import layouts_for
 from vlbench.report.reference import read_map
@@ -40,8 +42,8 @@ from vlbench.workflow.checks import (
 from vlbench.workflow.data_root import expand_data_root
 from vlbench.workflow.fingerprints import fingerprint
 from vlbench.workflow.lockfile import lock_path, read_lock
-from vlbench.workflow.invocation import plans_only
-from vlbench.workflow.pinning import plan_pins
+from vlbench.workflow.invocation import executes_jobs
+from vlbench.workflow.pinning import FirstUsePins, plan_pins
 from vlbench.workflow.preflight import (
     drop_missing,
     not_run,
@@ -58,7 +60,6 @@ from vlbench.workflow.targets import (
     outcome_files,
     table_files,
 )
-from vlbench.warm.client import prewarm
 
 # The default experiment applies only when no --configfile is given, so a user's config file
 # evaluates exactly its own models and benchmarks. Config files and --config are read by the
@@ -74,23 +75,18 @@ try:
     )
     check_model_keys(_validated)
     _validated = expand_data_root(_validated)
-    # Pin on first use: unpinned hub downloads take their commit from the config's lock file; a
-    # real run (not a dry run, lint or report) first resolves and locks the missing ones.
+    # Pin on first use: unpinned hub downloads take their commit from the config's lock file;
+    # planning only reads it. A run that executes jobs resolves and locks the missing ones when
+    # a job parameter first asks for a commit (`pinned`, below).
     _config_path = Path(_config_files[-1])
     _lock = lock_path(_config_path)
     _as_written = _validated
-    _validated, _pin_info, _pin_warnings = plan_pins(
-        _as_written,
-        _lock,
-        _config_path.name,
-        resolve=workflow.is_main_process and not plans_only(sys.argv[1:]),
-    )
+    _validated, _, _ = plan_pins(_as_written, _lock, _config_path.name, resolve=False)
+    _first_use = FirstUsePins(_as_written, _lock, _config_path.name)
     # One table of every model and benchmark and its state; entries whose local data is
     # missing are left out of the run (missing_data: skip) and listed in not_run.csv, or
     # refuse the plan (missing_data: fail, or nothing left to run).
     _preflight = preflight_rows(_as_written, read_lock(_lock))
-    for _line in _pin_info:
-        logger.info(f"vlbench pins: {_line}")
     logger.info(render(_preflight, f"vlbench preflight of {_config_path} (lock: {_lock}):"))
     refuse_missing(_as_written, _preflight)
     _validated, _preflight = drop_missing(_validated, _preflight)
@@ -101,8 +97,6 @@ try:
     _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
     raise WorkflowError(str(error)) from None
-for _line in _pin_warnings:
-    logger.warning(f"vlbench warning: {_line}")
 config.clear()
 config.update(_validated)
 
@@ -121,23 +115,36 @@ OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, plan_shards, metrics, per_class, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
+localrules: all, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
 
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
     benchmark="|".join(map(re.escape, BENCHMARKS)),
-    modality="|".join(MODALITY_FILES),
-    direction="|".join(DIRECTIONS),
-    shard="shard-[0-9]{5}",
     table="|".join(map(re.escape, PAPER_TABLES)) or "no-paper-table",
 
 
 # --- Stage 1: benchmark sources ---------------------------------------------------------------
 
 
+def pinned():
+    """Pin on first use: in a run that executes jobs (Snakemake's executor is set, not a dry
+    run), the first parameter that reads a hub commit resolves and locks the missing ones into
+    the config; otherwise (dry run, lint, report, DAG, ...) the lock is only read."""
+    if _first_use.pending and executes_jobs(workflow):
+        try:
+            info, warnings = _first_use.resolve_into(config)
+        except VlbenchError as error:
+            raise WorkflowError(str(error)) from None
+        for line in info:
+            logger.info(f"vlbench pins: {line}")
+        for line in warnings:
+            logger.warning(f"vlbench warning: {line}")
+
+
 def benchmark_source(wildcards):
-    """The validated source mapping of a benchmark."""
+    """The validated source mapping of a benchmark (with its pinned commit)."""
+    pinned()
     return config["benchmarks"][wildcards.benchmark]["source"]
 
 
@@ -196,6 +203,7 @@ def model_files_fingerprint(wildcards):
 
 def model_spec(wildcards):
     """The spec an embedding job loads (random-init models load their rule-made checkpoint)."""
+    pinned()
     return model_spec_for_job(wildcards.model, config["models"][wildcards.model])
 
 
@@ -204,14 +212,10 @@ def checkpoint_input(wildcards):
     return local_checkpoint(wildcards.model, config["models"][wildcards.model])
 
 
-def modality_data(wildcards):
-    """The prepared parquet of a modality."""
-    return modality_file(wildcards.benchmark, wildcards.modality)
-
-
 def embedding_identity(wildcards):
     """What a model's embeddings depend on besides the rows: the configured spec (random-init
     seed included), its user files' fingerprint and the settings that change numbers."""
+    pinned()
     return {
         "model": config["models"][wildcards.model],
         "model_files": model_files_fingerprint(wildcards),
@@ -219,71 +223,52 @@ def embedding_identity(wildcards):
     }
 
 
-def _plan_shards(benchmark, modality):
-    """The shard plan of a modality, or None before its checkpoint has run."""
-    path = shard_plan(benchmark, modality)
-    return read_shard_plan(path) if Path(path).is_file() else None
+# --- Stages 3-5: one evaluation job per (model, benchmark) ------------------------------------
+
+# The protocols of the configured benchmarks: each has its evaluate_<protocol> rule.
+# One evaluate rule per protocol and directions in use (vlbench.protocols.Evaluation).
+EVALUATIONS = evaluations(config["benchmarks"])
 
 
-def shard_job_inputs(wildcards):
-    """Both modalities' prepared data and shard plans (`ancient`: the digests decide reruns)."""
-    inputs = {}
-    for modality in MODALITY_FILES:
-        inputs[f"{modality}_data"] = ancient(modality_file(wildcards.benchmark, modality))
-        inputs[f"{modality}_plan"] = ancient(shard_plan(wildcards.benchmark, modality))
-    return inputs
+def benchmarks_pattern(evaluation):
+    """The benchmark wildcard's pattern for one evaluate rule."""
+    return "|".join(
+        re.escape(key)
+        for key in BENCHMARKS
+        if evaluation_of(config["benchmarks"][key]) == evaluation
+    )
 
 
-def shard_content_digests(wildcards):
-    """Modality -> content digest of shard k's rows, for each modality whose plan has shard k."""
-    digests = {}
-    for modality in MODALITY_FILES:
-        plan = _plan_shards(wildcards.benchmark, modality)
-        if plan and wildcards.shard in plan["digests"]:
-            digests[modality] = plan["digests"][wildcards.shard]
-    return digests
+def evaluation_outputs(evaluation):
+    """The named files an evaluate rule writes."""
+    return protocol_outputs(protocol_record(evaluation.protocol), evaluation.directions)
 
 
-def modality_shard_digests(wildcards):
-    """Shard name -> content digest of every shard of a modality (from its plan)."""
-    plan = _plan_shards(wildcards.benchmark, wildcards.modality)
-    return dict(sorted(plan["digests"].items())) if plan else {}
-
-
-def embedding_shards(wildcards):
-    """The shard job records and timings a gathered matrix is made after (after the plan)."""
-    plan = checkpoints.plan_shards.get(
-        benchmark=wildcards.benchmark, modality=wildcards.modality
-    ).output.plan
-    names = sorted(read_shard_plan(plan)["shards"])
-    stem = f"{wildcards.model}/{wildcards.benchmark}"
-    return {
-        "records": [
-            EMBED_JOB_RECORD.format(model=wildcards.model, benchmark=wildcards.benchmark, shard=name)
-            for name in names
-        ],
-        "timings": [f"results/timings/embed_shard/{stem}/{name}.tsv" for name in names],
+def evaluation_inputs(wildcards):
+    """What an evaluation job reads: both modalities' embeddings and the prepared benchmark."""
+    stem = EMBEDDINGS_DIR.format(model=wildcards.model, benchmark=wildcards.benchmark)
+    inputs = {
+        f"{modality}_{kind}": f"{stem}/{modality}{suffix}"
+        for modality in ("image", "text")
+        for kind, suffix in (("embeddings", ".npy"), ("ids", ".ids.parquet"))
     }
+    meta = f"results/data/{wildcards.benchmark}/benchmark.json"
+    return {**inputs, **prepared_data(wildcards), "meta": meta}
 
 
-# --- Stages 3-6: a direction's query matrix and gallery index ---------------------------------
+# --- Stage 6: what the tables, examples and provenance read -----------------------------------
 
 
 def embedding_files(model, benchmark, direction):
     """A direction's query matrix and ids, and its gallery index and ids."""
     query, gallery = DIRECTIONS[direction]
-    stem = f"results/embeddings/{model}/{benchmark}"
+    stem = EMBEDDINGS_DIR.format(model=model, benchmark=benchmark)
     return {
         "queries": f"{stem}/{query}.npy",
         "query_ids": f"{stem}/{query}.ids.parquet",
         "index": f"results/index/{model}/{benchmark}/{gallery}.faiss",
         "gallery_ids": f"{stem}/{gallery}.ids.parquet",
     }
-
-
-def direction_embeddings(wildcards):
-    """`embedding_files` of the job's model, benchmark and direction (used with `unpack`)."""
-    return embedding_files(wildcards.model, wildcards.benchmark, wildcards.direction)
 
 
 # The examples job of a benchmark draws one panel per (model, direction), in this order.
@@ -300,13 +285,9 @@ def benchmark_examples_inputs(wildcards):
     return inputs
 
 
-def prewarm_workers(dag_jobs):
-    """When a local run starts: start the warm workers its jobs will use, in the background, so
-    that their imports happen while the first jobs run (config/README.md, warm_workers)."""
-    idle_seconds = config["warm_workers"]["idle_seconds"]
-    rules = {job.rule.name for job in dag_jobs}
-    # Embedding jobs follow the shard plans, which a checkpoint makes: start for either.
-    if rules & {"embed_shard", "plan_shards"}:
-        prewarm("embedding", idle_seconds)
-    if rules - {"embed_shard"}:
-        prewarm("light", idle_seconds)
+def benchmark_timings(wildcards):
+    """The `benchmark:` files of the jobs on one benchmark (prepare, every embed and evaluate),
+    which its provenance page lists."""
+    jobs = [f"prepare_benchmark/{wildcards.benchmark}"]
+    jobs += [f"{stage}/{model}/{wildcards.benchmark}" for stage in ("embed", "evaluate") for model in MODELS]
+    return [f"{TIMINGS_DIR}/{job}.tsv" for job in jobs]

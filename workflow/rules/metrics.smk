@@ -1,60 +1,39 @@
-# Stages 4 and 5: exact per-query ranks of every relevant item, then metrics per direction,
-# the zero-shot per-class table, few-shot accuracy and paired tests between models.
+# Stages 3-5: per (model, benchmark) one job builds the faiss index of each gallery, ranks every
+# direction of the benchmark exactly and computes its metrics (and, for zero-shot, the per-class
+# table); then few-shot accuracy and the paired tests between models.
+# Protocols differ in their directions, so each protocol in use (and BioVITA's text-to-image
+# format, which evaluates the other direction of its protocol) has its own rule,
+# evaluate_<protocol>[_<direction>], declaring its files (vlbench.paths.evaluation_outputs):
+# results/index/{model}/{benchmark}/<gallery>.faiss, and per direction
+# results/ranks/{model}/{benchmark}/<direction>.parquet and
+# results/metrics/{model}/{benchmark}/<direction>.csv (+ .outcomes.parquet).
+for _evaluation in EVALUATIONS:
 
-
-rule rank:
-    input:
-        unpack(direction_embeddings),
-        unpack(prepared_data),
-    output:
-        ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
-    params:
-        protocol=benchmark_protocol,
-        ranking=result_keys(config, "ranking"),
-    resources:
-        mem_mb=lambda wildcards: config["ranking"]["block_mb"] + 1024,
-    conda:
-        "../../envs/vlbench.yaml"
-    log:
-        "logs/rank/{model}/{benchmark}/{direction}.log",
-    benchmark:
-        "results/timings/rank/{model}/{benchmark}/{direction}.tsv"
-    script:
-        "../../scripts/rank.py"
-
-
-rule metrics:
-    input:
-        ranks="results/ranks/{model}/{benchmark}/{direction}.parquet",
-        meta="results/data/{benchmark}/benchmark.json",
-    output:
-        metrics="results/metrics/{model}/{benchmark}/{direction}.csv",
-        outcomes="results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet",
-    params:
-        protocol=benchmark_protocol,
-        k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
-        tie_policy=config["ranking"]["tie_policy"],
-        stats=pick(config["metrics"], "confidence", "bootstrap_samples", "seed"),
-    conda:
-        "../../envs/vlbench.yaml"
-    log:
-        "logs/metrics/{model}/{benchmark}/{direction}.log",
-    script:
-        "../../scripts/metrics.py"
-
-
-rule per_class:
-    input:
-        ranks="results/ranks/{model}/{benchmark}/image_to_text.parquet",
-        meta="results/data/{benchmark}/benchmark.json",
-    output:
-        per_class="results/metrics/{model}/{benchmark}/per_class.csv",
-    conda:
-        "../../envs/vlbench.yaml"
-    log:
-        "logs/per_class/{model}/{benchmark}.log",
-    script:
-        "../../scripts/per_class.py"
+    rule:
+        name:
+            _evaluation.rule
+        input:
+            unpack(evaluation_inputs),
+        output:
+            **evaluation_outputs(_evaluation),
+        wildcard_constraints:
+            benchmark=benchmarks_pattern(_evaluation),
+        params:
+            protocol=benchmark_protocol,
+            directions=list(_evaluation.directions),
+            k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
+            ranking=result_keys(config, "ranking"),
+            stats=pick(config["metrics"], "confidence", "bootstrap_samples", "seed"),
+        resources:
+            mem_mb=lambda wildcards: config["ranking"]["block_mb"] + 1024,
+        conda:
+            "../../envs/vlbench.yaml"
+        log:
+            "logs/evaluate/{model}/{benchmark}.log",
+        benchmark:
+            "results/timings/evaluate/{model}/{benchmark}.tsv"
+        script:
+            "../../scripts/evaluate.py"
 
 
 # Few-shot classification (BioCLIP's protocol) of a zero-shot benchmark, from the image

@@ -157,7 +157,9 @@ rule provenance:
             model=MODELS,
             modality=["image", "text"],
         ),
-        # Every metric job has finished once the full table exists, so every timing file is written.
+        # The `benchmark:` files of the benchmark's prepare, embed and evaluate jobs.
+        timings=benchmark_timings,
+        # Written once every result of the benchmark is in the tables it describes.
         full="results/tables/metrics_full.csv",
     output:
         csv="results/provenance/{benchmark}.csv",
@@ -168,8 +170,6 @@ rule provenance:
             subcategory="Provenance",
             labels={"benchmark": "{benchmark}", "figure": "provenance"},
         ),
-    params:
-        timings="results/timings",
     conda:
         "../../envs/vlbench.yaml"
     log:

@@ -4,11 +4,12 @@ Each benchmark's reference code decodes differently: the `datasets` Image featur
 EXIF orientation and clip_benchmark's webdataset loader does not; some references convert to
 RGB before the model's transform, others hand it the image in its original mode, so resize and
 crop run on palette or CMYK pixels and the RGB conversion comes after them. A `DecodePolicy`
-names both choices; `FORMAT_POLICIES` holds the default of each source format (its reference
-is documented in config/README.md). The prepare job writes the resolved policy into the images
-parquet's schema metadata, so every reader of that file decodes it the same way.
+names both choices; each source format's default is in its entry of
+`vlbench.data.sources.FORMATS` (its reference is documented in config/README.md). The prepare
+job writes the resolved policy into the images parquet's schema metadata, so every reader of
+that file decodes it the same way.
 
-This module imports neither torch nor PIL: planning and shard plans read it.
+This module imports neither torch nor PIL: planning and shard digests read it.
 """
 
 from __future__ import annotations
@@ -66,26 +67,12 @@ class DecodePolicy:
 # What the workflow did before policies existed (and the BioMedFlickr card script does).
 LEGACY = DecodePolicy(exif=True, convert="before")
 
-FORMAT_POLICIES: dict[str, DecodePolicy] = {
-    "hf_parquet": LEGACY,
-    "biovita": LEGACY,
-    "biovita_t2i": LEGACY,
-    "inquire": DecodePolicy(exif=True, convert="after"),
-    "imagefolder_csv": DecodePolicy(exif=False, convert="before_if_rgba_or_p"),
-    "annotation_csv": DecodePolicy(exif=False, convert="before"),
-    "nlphuji_csv_zip": DecodePolicy(exif=True, convert="after"),
-    "clip_benchmark_wds": DecodePolicy(exif=False, convert="before"),
-    "karpathy_json": DecodePolicy(exif=False, convert="before"),
-}
-
 
 def resolve_policy(
-    format_name: str, override: Mapping[str, Any] | None, where: str = "benchmark"
+    default: DecodePolicy, override: Mapping[str, Any] | None, where: str = "benchmark"
 ) -> DecodePolicy:
-    """The format's default policy with the config's `decode` keys (if any) put over it."""
-    if format_name not in FORMAT_POLICIES:
-        raise VlbenchError(f"{where}: no decode policy for format {format_name!r}")
-    merged = {**FORMAT_POLICIES[format_name].as_dict(), **(override or {})}
+    """A format's default policy with the config's `decode` keys (if any) put over it."""
+    merged = {**default.as_dict(), **(override or {})}
     unknown = sorted(set(merged) - {"exif", "convert"})
     if unknown:
         known = "known: exif, convert"

@@ -67,7 +67,7 @@ def prepare_benchmark(
     protocol_record(protocol)  # an unknown protocol is a one-line error
     where = f"benchmarks.{benchmark}.source"
     name, layout = source_format(protocol, source, where)
-    decode = resolve_policy(name, settings.get("decode"), f"benchmarks.{benchmark}")
+    decode = resolve_policy(layout.decode, settings.get("decode"), f"benchmarks.{benchmark}")
     kind = source_kind(source)
     if kind == "hub":
         if layout.hub_patterns is None:

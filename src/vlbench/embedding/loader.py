@@ -8,7 +8,7 @@ the size of the dataset.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,7 +156,7 @@ class ImageChunks(torch.utils.data.Dataset):
 
 def stream_image_chunks(
     dataset: ImageChunks, num_workers: int, pin_memory: bool
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Yield the dataset's chunks in order, decoded by `num_workers` worker processes."""
     loader = torch.utils.data.DataLoader(
         dataset,

@@ -3,7 +3,7 @@
 One directory per (benchmark, geometric transform, decode policy, prepared source file); one file
 per row range: ``<root>/<benchmark>/<geometry key>[-<decode policy>]-<source fingerprint>/``
 ``rows-<start>-<stop>-<digest>.npy`` (the policy's label is left out for the legacy policy)
-(the digest of the rows' content, from the shard plan) holding a uint8 array (rows, height,
+(the digest of the rows' content, the shard's) holding a uint8 array (rows, height,
 width, 3). A shard appears under its final name only when complete; until then it is a
 ``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer. A job that
 finds a shard missing takes the shard's fill lock (``.rows-...npy.lock``) before decoding: a
@@ -73,7 +73,7 @@ class PixelCache:
         self.directory = (
             Path(root) / benchmark / f"{geometry_key}{decode}-{source_fingerprint(source)}"
         )
-        # The shard plan's digest of the rows' ids and image bytes: an image replaced by one of
+        # The shard's digest of the rows' ids and image bytes: an image replaced by one of
         # the same size, which may leave the parquet footer unchanged, still misses the cache.
         self.suffix = f"-{rows_digest}" if rows_digest else ""
 

@@ -1,10 +1,11 @@
-"""Embedding files without torch: shard plans, shard and matrix files, the gather, provenance.
+"""Embedding files without torch: shards, the stored shards of a job, the gather, matrices.
 
-A shard is written as ``<modality>/shard-XXXXX.npy`` (the matrix, float32 or float16),
-``.ids.parquet`` and ``.json`` (provenance), each atomically, the provenance last: it carries the
-shard's content key (what was embedded, by which model, how), so a shard whose key still matches
-is reused instead of embedded again. Jobs that only read, plan or gather these files import this
-module, not the model stack.
+An embedding job cuts each modality into shards (row ranges with a digest of their content)
+and stores each embedded shard in its resume folder as ``shard-XXXXX.npy`` (the matrix, float32
+or float16), ``.ids.parquet`` and ``.json`` (provenance), each atomically, the provenance last: it
+carries the shard's content key (which rows, by which model, how), so a rerun reuses a shard
+whose key still matches. The gather concatenates the shards into the job's declared outputs.
+Jobs that only read embedding matrices import this module, not the model stack.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
-from vlbench.data.decode_policy import LEGACY, policy_of_metadata, read_policy
+from vlbench.data.decode_policy import LEGACY, policy_of_metadata
 from vlbench.errors import VlbenchError
 
 IDS_SCHEMA = pa.schema([("id", pa.string())])
@@ -67,8 +69,25 @@ def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list
     return [digest.hexdigest()[:24] for digest in digests]
 
 
-def write_shard_plan(source: str | Path, shard_size: int, out_path: str | Path) -> int:
-    """Write a parquet's shard plan (row ranges and their content digests); return the count."""
+@dataclass(frozen=True)
+class Shard:
+    """Rows [start, stop) of one modality's prepared parquet, and their content digest."""
+
+    modality: str
+    source: Path
+    index: int
+    start: int
+    stop: int
+    digest: str = ""
+
+    @property
+    def name(self) -> str:
+        """The shard's file stem."""
+        return shard_name(self.index)
+
+
+def plan_shards(modality: str, source: str | Path, shard_size: int) -> list[Shard]:
+    """Cut a prepared parquet into shards of at most `shard_size` rows, each with its digest."""
     try:
         rows = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowInvalid) as exc:
@@ -76,22 +95,30 @@ def write_shard_plan(source: str | Path, shard_size: int, out_path: str | Path) 
     if rows == 0:
         raise VlbenchError(f"{source}: no rows to embed")
     ranges = shard_ranges(rows, shard_size)
-    names = [shard_name(i) for i in range(len(ranges))]
-    plan = {
-        "source": str(source),
-        "rows": rows,
-        "shard_size": shard_size,
-        "shards": {name: list(bounds) for name, bounds in zip(names, ranges, strict=True)},
-        "digests": dict(zip(names, shard_digests(source, ranges), strict=True)),
-    }
-    write_text(out_path, json.dumps(plan, indent=2) + "\n")
-    return len(ranges)
+    digests = shard_digests(source, ranges)
+    return [
+        Shard(modality, Path(source), index, start, stop, digest)
+        for index, ((start, stop), digest) in enumerate(zip(ranges, digests, strict=True))
+    ]
 
 
-def read_shard_plan(path: str | Path) -> dict[str, Any]:
-    """A shard plan written by `write_shard_plan`."""
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+@dataclass(frozen=True)
+class MatrixFiles:
+    """An embedding matrix on disk: `<stem>.npy`, its row ids and its provenance."""
+
+    embeddings: Path
+    ids: Path
+    provenance: Path
+
+    @classmethod
+    def at(cls, stem: str | Path) -> MatrixFiles:
+        """The three files of `stem` (`stem.npy`, `stem.ids.parquet`, `stem.json`)."""
+        stem = Path(stem)
+        return cls(
+            stem.with_name(f"{stem.name}.npy"),
+            stem.with_name(f"{stem.name}.ids.parquet"),
+            stem.with_name(f"{stem.name}.json"),
+        )
 
 
 def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
@@ -101,44 +128,47 @@ def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def shard_file_paths(embeddings_dir: str | Path, modality: str, shard: str) -> dict[str, Path]:
-    """A shard's matrix, ids and provenance files under one (model, benchmark) folder."""
-    stem = Path(embeddings_dir) / modality / shard
-    return {
-        "embeddings": stem.with_name(f"{shard}.npy"),
-        "ids": stem.with_name(f"{shard}.ids.parquet"),
-        "provenance": stem.with_name(f"{shard}.json"),
-    }
+class ShardStore:
+    """The stored shards of one modality of one (model, benchmark): the embedding job's resume
+    folder, which no other job reads. A shard is stored under the content key of its rows and
+    the model's identity; one whose key still matches is reused instead of embedded again."""
 
+    def __init__(self, folder: str | Path, identity: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.identity = identity
 
-def stored_shard_record(paths: dict[str, Path], content_key: str) -> dict[str, Any] | None:
-    """The provenance of a complete shard with this content key; None when absent or stale."""
-    try:
-        record = json.loads(paths["provenance"].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if record.get("content_key") != content_key:
-        return None
-    if not (paths["embeddings"].is_file() and paths["ids"].is_file()):
-        return None
-    return record
+    def files(self, shard: Shard) -> MatrixFiles:
+        """Where a shard's matrix, ids and provenance are stored."""
+        return MatrixFiles.at(self.folder / shard.name)
 
+    def key(self, shard: Shard) -> str:
+        """The content key a stored copy of `shard` must carry to be reused."""
+        return embedding_content_key(shard.digest, self.identity)
 
-def stored_shards(
-    embeddings_dir: str | Path, modality: str, digests: dict[str, str], identity: dict[str, Any]
-) -> list[dict[str, Path]]:
-    """The files of a modality's shards in order, each checked to hold its current content."""
-    shards = []
-    for shard, digest in sorted(digests.items()):
-        paths = shard_file_paths(embeddings_dir, modality, shard)
-        if stored_shard_record(paths, embedding_content_key(digest, identity)) is None:
-            record = Path(embeddings_dir) / "shards" / f"{shard}.json"
-            raise VlbenchError(
-                f"{paths['embeddings']}: missing, or embedded from other rows or another model; "
-                f"delete {record} and run again to embed the shard anew"
-            )
-        shards.append(paths)
-    return shards
+    def stored(self, shard: Shard) -> dict[str, Any] | None:
+        """The provenance of a complete stored shard with the current key; None otherwise."""
+        files = self.files(shard)
+        try:
+            record = json.loads(files.provenance.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if record.get("content_key") != self.key(shard):
+            return None
+        if not (files.embeddings.is_file() and files.ids.is_file()):
+            return None
+        return record
+
+    def save(
+        self, shard: Shard, ids: Sequence[str], matrix: np.ndarray, record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Store a shard (ids, matrix, then its provenance with the content key); return the
+        provenance. The old provenance goes first: a shard is complete only once it is back."""
+        files = self.files(shard)
+        record = {**record, "content_key": self.key(shard)}
+        files.provenance.unlink(missing_ok=True)
+        save_embeddings(ids, matrix, files.embeddings, files.ids)
+        write_text(files.provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return record
 
 
 def read_embedding_ids(ids_path: str | Path) -> np.ndarray:
@@ -170,72 +200,51 @@ def save_embeddings(
         np.save(handle, embeddings, allow_pickle=False)
 
 
-def read_snakemake_benchmark(path: str | Path) -> dict[str, Any]:
-    """The one row of a Snakemake `benchmark:` TSV (seconds, max_rss in MB, ...)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    if len(lines) < 2:
-        return {}
-    row: dict[str, Any] = {}
-    for key, value in zip(lines[0].split("\t"), lines[-1].split("\t"), strict=False):
-        try:
-            row[key] = float(value)
-        except ValueError:
-            row[key] = value
-    return row
-
-
 def gather_shards(
-    shard_npys: Sequence[str | Path],
-    shard_ids: Sequence[str | Path],
-    shard_provenance: Sequence[str | Path],
-    out_npy: Path,
-    out_ids: Path,
-    out_provenance: Path,
-    shard_timings: Sequence[str | Path] = (),
+    shards: Sequence[MatrixFiles], records: Sequence[dict[str, Any]], out: MatrixFiles
 ) -> int:
-    """Concatenate shards in order into one matrix (streamed to disk) and ids; return rows."""
-    if not shard_npys or not len(shard_npys) == len(shard_ids) == len(shard_provenance):
-        raise VlbenchError(f"{out_npy}: gather needs one npy, ids and provenance file per shard")
-    shards = [np.load(path, mmap_mode="r", allow_pickle=False) for path in shard_npys]
-    shapes = [shard.shape for shard in shards]
-    dtypes = {shard.dtype for shard in shards}
+    """Concatenate stored shards in order into one matrix (streamed to disk), its ids and one
+    provenance record (`records`: each shard's provenance); return the number of rows."""
+    if not shards or len(shards) != len(records):
+        raise VlbenchError(f"{out.embeddings}: gather needs one provenance record per shard")
+    matrices = [np.load(files.embeddings, mmap_mode="r", allow_pickle=False) for files in shards]
+    shapes = [matrix.shape for matrix in matrices]
+    dtypes = {matrix.dtype for matrix in matrices}
     widths = {shape[1] for shape in shapes if len(shape) == 2}
     if len(widths) != 1 or len(dtypes) != 1 or any(len(shape) != 2 for shape in shapes):
         raise VlbenchError(
-            f"{shard_npys[0]}: shards disagree in shape or dtype ({shapes}, {dtypes})"
+            f"{shards[0].embeddings}: shards disagree in shape or dtype ({shapes}, {dtypes})"
         )
     rows = sum(shape[0] for shape in shapes)
-    with atomic_path(out_ids) as tmp, pq.ParquetWriter(tmp, IDS_SCHEMA) as writer:
-        for npy, ids_path, shape in zip(shard_npys, shard_ids, shapes, strict=True):
-            ids = pq.read_table(ids_path)
+    with atomic_path(out.ids) as tmp, pq.ParquetWriter(tmp, IDS_SCHEMA) as writer:
+        for files, shape in zip(shards, shapes, strict=True):
+            ids = pq.read_table(files.ids)
             if ids.num_rows != shape[0]:
-                raise VlbenchError(f"{ids_path}: {ids.num_rows} ids for {shape[0]} rows in {npy}")
+                raise VlbenchError(
+                    f"{files.ids}: {ids.num_rows} ids for {shape[0]} rows in {files.embeddings}"
+                )
             writer.write_table(ids.select(["id"]).cast(IDS_SCHEMA))
-    records = [json.loads(Path(path).read_text(encoding="utf-8")) for path in shard_provenance]
     dtype, shape = dtypes.pop(), (rows, widths.pop())
     unified = None
     with (
-        atomic_path(out_npy, expected_bytes=npy_bytes(dtype, shape)) as tmp,
+        atomic_path(out.embeddings, expected_bytes=npy_bytes(dtype, shape)) as tmp,
         open(tmp, "r+b") as handle,
     ):
         matrix = reserved_npy_memmap(handle, dtype, shape)
         row = 0
-        for npy in shard_npys:
-            shard = np.load(npy, mmap_mode="r", allow_pickle=False)
+        for files in shards:
+            shard = np.load(files.embeddings, mmap_mode="r", allow_pickle=False)
             matrix[row : row + len(shard)] = shard
             row += len(shard)
-        if records[0].get("modality") == "text" and len(shard_npys) > 1:
-            ids = pq.read_table(out_ids).column("id").to_pylist()
+        if records[0].get("modality") == "text" and len(shards) > 1:
+            ids = pq.read_table(out.ids).column("id").to_pylist()
             unified = unify_duplicate_texts(matrix, records[0]["source"], ids)
         matrix.flush()
         del matrix
-    timings = [read_snakemake_benchmark(path) for path in shard_timings]
-    merged = merge_provenance(records, timings)
+    merged = merge_provenance(records)
     if unified is not None:
         merged["duplicate_text_rows_unified"] = unified
-    if "decode_policy" not in merged:  # shards stored before their records carried it
-        merged.update(decode_provenance(merged))
-    write_text(out_provenance, json.dumps(merged, indent=2) + "\n")
+    write_text(out.provenance, json.dumps(merged, indent=2) + "\n")
     return rows
 
 
@@ -243,7 +252,7 @@ def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[
     """Give every copy of a text the embedding of its first occurrence; return how many rows
     changed.
 
-    A shard job encodes each distinct text of its shard once, so copies within a shard are
+    The embedding job encodes each distinct text of a shard once, so copies within a shard are
     equal already; copies in different shards were encoded in different batches, and a text
     tower's output depends on its batch in the last bits. After this, identical texts have
     identical rows across the whole benchmark, so the exact tie policies hold by construction.
@@ -262,14 +271,6 @@ def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[
     return changed
 
 
-def decode_provenance(record: dict[str, Any]) -> dict[str, Any]:
-    """`decode_policy` of an image embedding: read from the images file it was embedded from."""
-    source = record.get("source")
-    if record.get("modality") != "image" or not source or not Path(source).is_file():
-        return {}
-    return {"decode_policy": read_policy(source).as_dict()}
-
-
 PER_SHARD_KEYS = (
     "rows",
     "content_key",
@@ -282,20 +283,14 @@ PER_SHARD_KEYS = (
     "device_name",
     "cuda_visible_devices",
     "slurm_job_id",
+    "reused",
 )
 
 
-def merge_provenance(
-    records: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any]] = ()
-) -> dict[str, Any]:
+def merge_provenance(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One provenance record for a gathered matrix: shared fields once, per-shard fields listed."""
     shared = {key: value for key, value in records[0].items() if key not in PER_SHARD_KEYS}
-    shards = []
-    for index, record in enumerate(records):
-        shard = {key: record.get(key) for key in PER_SHARD_KEYS}
-        if index < len(timings) and timings[index]:
-            shard["snakemake_benchmark"] = timings[index]
-        shards.append(shard)
+    shards = [{key: record.get(key) for key in PER_SHARD_KEYS} for record in records]
     seconds = sum(record.get("seconds") or 0 for record in records)
     rows = sum(stop - start for start, stop in (record["rows"] for record in records))
     return {

@@ -1,4 +1,4 @@
-"""One metrics job: a direction's ranks -> metric rows, per-query outcomes, zero-shot per-class."""
+"""Scoring one direction: its ranks -> metric rows, per-query outcomes, zero-shot per-class."""
 
 from __future__ import annotations
 

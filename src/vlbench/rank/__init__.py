@@ -1,1 +1,1 @@
-"""Stages 3-4 (workflow/rules/index.smk, rank in metrics.smk): indexes and exact ranks."""
+"""Stages 3-4 (the evaluate rules in workflow/rules/metrics.smk): indexes and exact ranks."""

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.atomic import write_text
-from vlbench.embedding.shard_files import read_snakemake_benchmark
 from vlbench.errors import VlbenchError
+from vlbench.paths import TIMINGS_DIR
 from vlbench.versions import package_versions
 
 EMBEDDING_FIELDS = [
@@ -90,14 +90,25 @@ def embedding_row(path: str | Path) -> dict[str, Any]:
     return row
 
 
-def timing_rows(timings_dir: str | Path, benchmark: str) -> list[dict[str, Any]]:
-    """Snakemake benchmark files of jobs on `benchmark`: rule, job, seconds, peak RSS (MB)."""
+def read_snakemake_benchmark(path: str | Path) -> dict[str, Any]:
+    """The one row of a Snakemake `benchmark:` TSV (seconds, max_rss in MB, ...)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if len(lines) < 2:
+        return {}
+    row: dict[str, Any] = {}
+    for key, value in zip(lines[0].split("\t"), lines[-1].split("\t"), strict=False):
+        try:
+            row[key] = float(value)
+        except ValueError:
+            row[key] = value
+    return row
+
+
+def timing_rows(timing_files: Iterable[str | Path], root: str | Path = TIMINGS_DIR) -> list[dict]:
+    """Snakemake benchmark files (`<root>/<rule>/<job>.tsv`): rule, job, seconds, peak RSS (MB)."""
     rows = []
-    root = Path(timings_dir)
-    for path in sorted(root.glob("**/*.tsv")):
+    for path in sorted(map(Path, timing_files)):
         parts = path.relative_to(root).parts
-        if benchmark not in parts[1:-1] and path.stem != benchmark:
-            continue
         record = read_snakemake_benchmark(path)
         if "s" not in record:
             continue
@@ -117,9 +128,11 @@ def collect_provenance(
     benchmark: str,
     benchmark_json: str | Path,
     embedding_jsons: Iterable[str | Path],
-    timings_dir: str | Path,
+    timing_files: Iterable[str | Path],
+    timings_root: str | Path = TIMINGS_DIR,
 ) -> dict[str, Any]:
-    """Everything the report shows about how a benchmark's numbers were produced."""
+    """Everything the report shows about how a benchmark's numbers were produced (the timing
+    files: the `benchmark:` files of its jobs, under `timings_root`)."""
     meta = _read_json(benchmark_json)
     return {
         "benchmark": benchmark,
@@ -128,7 +141,7 @@ def collect_provenance(
             (embedding_row(path) for path in embedding_jsons),
             key=lambda row: (row["model_key"], row["modality"]),
         ),
-        "timings": timing_rows(timings_dir, benchmark),
+        "timings": timing_rows(timing_files, timings_root),
         "report_environment": package_versions(REPORT_PACKAGES),
     }
 

@@ -1,7 +1,7 @@
 """Collect per-job metric files into the long metrics tables and one Markdown table per benchmark.
 
 ``metrics.csv`` keeps exactly the contract columns (``METRIC_COLUMNS``); ``metrics_full.csv``
-keeps every column the metric jobs wrote (chance level, bootstrap bounds, flags, ...).
+keeps every column the evaluation jobs wrote (chance level, bootstrap bounds, flags, ...).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def write_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
 
 
 def write_full_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
-    """The contract columns first, then every extra column the metric jobs wrote."""
+    """The contract columns first, then every extra column the evaluation jobs wrote."""
     extra = [name for name in table.columns if name not in METRIC_COLUMNS]
     with atomic_path(path) as tmp:
         table.select([*METRIC_COLUMNS, *extra]).write_csv(tmp)

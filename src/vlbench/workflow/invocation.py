@@ -1,54 +1,27 @@
-"""Whether a snakemake command line runs jobs or only plans (dry run, lint, DAG, report, ...).
+"""Whether a Snakemake process runs jobs, asked of Snakemake's own settings.
 
-Planning resolves unpinned hub downloads only for a run that will download them, so a dry run,
-`--lint` or `--report` never asks the hub and never writes the lock file.
+Pin on first use resolves unpinned hub downloads only in a run that will download them, so a
+dry run (`-n`, `dryrun: true` in a profile, the API's dry-run executor), `--touch`, `--lint`,
+`--report`, `--dag`, `--summary` and the other planning commands never ask the hub and never
+write the lock file. The question is asked while the DAG is built (from a job parameter), where
+Snakemake has set its executor: the planning commands build no DAG or build it without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-# Snakemake options that plan without running jobs: such an invocation never asks the hub.
-PLAN_ONLY_OPTIONS = (
-    "--dry-run",
-    "--dryrun",
-    "--lint",
-    "--dag",
-    "--d3dag",
-    "--rulegraph",
-    "--filegraph",
-    "--summary",
-    "--detailed-summary",
-    "--list-rules",
-    "--list",
-    "--list-target-rules",
-    "--lt",
-    "--list-changes",
-    "--lc",
-    "--report",
-    "--unlock",
-    "--cleanup-metadata",
-    "--cm",
-    "--touch",
-    "--delete-all-output",
-    "--delete-temp-output",
-    "--archive",
-    "--containerize",
-    "--export-cwl",
-    "--print-compilation",
-    "--generate-unit-tests",
-)
-PLAN_ONLY_SHORT = set("nStDl")
+from typing import Any
 
 
-def plans_only(argv: Iterable[str]) -> bool:
-    """Whether a snakemake command line only plans (dry run, lint, DAG, report, ...)."""
-    for arg in argv:
-        option = arg.split("=", 1)[0]
-        if option in PLAN_ONLY_OPTIONS or option.startswith("--list"):
-            return True
-        # short-flag clusters like -n, -np, -S (never a value such as -c4)
-        short = arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha()
-        if short and set(arg[1:]) & PLAN_ONLY_SHORT:
-            return True
-    return False
+def executes_jobs(workflow: Any) -> bool:
+    """Whether this is Snakemake's main process running jobs with a real executor.
+
+    `workflow` is the Snakefile's `workflow` object; Snakemake sets its executor plugin only in
+    an execution (a dry run gets the dry-run one), and jobs on a cluster node run in a remote
+    process, never the main one.
+    """
+    return bool(
+        workflow.is_main_process
+        and workflow.executor_plugin is not None
+        and not workflow.dryrun
+        and not workflow.touch
+    )

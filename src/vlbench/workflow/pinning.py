@@ -247,3 +247,27 @@ def plan_pins(
             pins = new_pins
         warnings = [f"{line}; its jobs will fail until it is pinned" for line in warnings]
     return apply_pins(config, pins), info, warnings
+
+
+class FirstUsePins:
+    """Pins a plan leaves to its first real use: planning only reads the lock; the downloads it
+    does not hold yet are resolved and locked once, when a run that executes jobs first asks for
+    a hub commit (a job parameter), and written into the planned config in place."""
+
+    def __init__(self, config: Mapping[str, Any], lock: Path, config_name: str) -> None:
+        self.config = config
+        self.lock = lock
+        self.config_name = config_name
+        self.pending = bool(unlocked(hub_uses(config), read_lock(lock)))
+
+    def resolve_into(
+        self, planned: dict[str, Any], ask: Callable[[str, str, str], str] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Resolve and lock what is missing, fill the commits into `planned` (the config the
+        plan uses), and return (lines on what was locked now, lines on what could not be)."""
+        if not self.pending:
+            return [], []
+        self.pending = False
+        _, info, warnings = plan_pins(self.config, self.lock, self.config_name, True, ask)
+        planned.update(apply_pins(planned, read_lock(self.lock)))
+        return info, warnings

@@ -19,9 +19,9 @@ from typing import Any
 
 from vlbench.config import source_kind
 from vlbench.data.importers import IMPORTERS
+from vlbench.data.sources import FORMATS, format_name
 from vlbench.embedding.models.dispatch import local_paths
 from vlbench.errors import VlbenchError
-from vlbench.protocols import PROTOCOLS
 from vlbench.workflow.checks import missing_local_paths
 from vlbench.workflow.lockfile import Pin
 from vlbench.workflow.pinning import FIRST_USE, LOCKED, PINNED, commit_of, hub_uses, state
@@ -30,16 +30,6 @@ MISSING, NOT_RUN = "missing", "not run: missing"
 PRESENT, GENERATED, BUILT_IN = "local files present", "generated", "download pinned by its URL"
 SKIP = "skip"
 # The layout a local benchmark folder needs, by source format (config/README.md has the detail).
-LAYOUTS = {
-    "hf_parquet": "the hub repository's layout: data/<split>-*.parquet",
-    "biovita": "the hub repository's layout (MTEB BioVITA parquet configs)",
-    "inquire": "the hub repository's layout (INQUIRE-Rerank parquet)",
-    "imagefolder_csv": "a metadata CSV (filepath,class or the named columns) + the images",
-    "annotation_csv": "the annotation CSV (id, source_url, captions, md5) + <images>/<id>.jpg",
-    "nlphuji_csv_zip": "the CSV with a caption list + the image zip",
-    "clip_benchmark_wds": "webdataset tar shards <split>/<n>.tar",
-    "karpathy_json": "the Karpathy split JSON + the image folder",
-}
 SEVERITY = {PINNED: 0, LOCKED: 1, FIRST_USE: 2}
 
 
@@ -70,9 +60,8 @@ def _hub_state(config: Mapping[str, Any], pins: Mapping[str, Pin]) -> tuple[str,
 
 
 def _layout(spec: Mapping[str, Any]) -> str:
-    protocol = PROTOCOLS.get(spec["protocol"])
-    name = spec["source"].get("format") or (protocol.default_format if protocol else "") or ""
-    return LAYOUTS.get(name, name)
+    name = format_name(spec["protocol"], spec["source"]) or ""
+    return FORMATS[name].layout if name in FORMATS else name
 
 
 def _import_hint(spec: Mapping[str, Any]) -> str:

@@ -7,6 +7,8 @@ folders (NABirds, Meta-Album) that BioCAP reads as a `metadata.csv` with `filepa
 from __future__ import annotations
 
 import csv
+import functools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,24 +33,19 @@ TEXT_TYPE_COLUMNS = {
 }
 TEXT_TYPES = tuple(TEXT_TYPE_COLUMNS)
 TEMPLATE_SETS = ("openai_imagenet", "none")
-OPENAI_TEMPLATE_COUNT = 80
+# The 80 OpenAI ImageNet templates as data (where they come from: the file's `source`).
+OPENAI_TEMPLATES = Path(__file__).with_name("openai_imagenet_templates.json")
 
 
 def templates(name: str) -> list[Callable[[str], str]]:
-    """The prompt templates: the 80 OpenAI ImageNet ones from open_clip, or the bare class text."""
+    """The prompt templates: the 80 OpenAI ImageNet ones, or the bare class text."""
     if name == "none":
         return [lambda text: text]
     if name != "openai_imagenet":
         raise VlbenchError(f"unknown template set {name!r} (known: {', '.join(TEMPLATE_SETS)})")
-    from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
-
-    found = list(OPENAI_IMAGENET_TEMPLATES)
-    if len(found) != OPENAI_TEMPLATE_COUNT:
-        raise VlbenchError(
-            f"open_clip ships {len(found)} OpenAI ImageNet templates, expected "
-            f"{OPENAI_TEMPLATE_COUNT}: the installed open_clip changed them"
-        )
-    return found
+    with open(OPENAI_TEMPLATES, encoding="utf-8") as handle:
+        listed = json.load(handle)["templates"]
+    return [functools.partial(str.format, template) for template in listed]
 
 
 def _scientific(genus: str, species: str) -> str:

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import source_kind
-from vlbench.data.decode_policy import FORMAT_POLICIES, resolve_policy
+from vlbench.data.sources import FORMATS, format_name, format_policy
 from vlbench.paths import synthetic_source
-from vlbench.protocols import protocol as protocol_record
 
 SETTING_KEYS = ("text_type", "templates", "prompt_prefix", "image_policy", "decode")
 
@@ -27,9 +26,9 @@ def protocol_settings(spec: Mapping[str, Any], where: str = "benchmark") -> dict
     """The benchmark options that shape how a source becomes queries and galleries, with the
     resolved decode policy (the format's default under the config's `decode` keys)."""
     settings = {key: spec[key] for key in SETTING_KEYS if key in spec}
-    name = spec["source"].get("format") or protocol_record(spec["protocol"]).default_format
-    if name in FORMAT_POLICIES:  # an unknown or missing format fails in the prepare job
-        settings["decode"] = resolve_policy(name, spec.get("decode"), where).as_dict()
+    name = format_name(spec["protocol"], spec["source"])
+    if name in FORMATS:  # an unknown or missing format fails in the prepare job
+        settings["decode"] = format_policy(name, spec.get("decode"), where).as_dict()
     return settings
 
 

@@ -35,7 +35,7 @@ def check_precision(label: str, precision: str, device: torch.device) -> None:
 class BadEmbeddings(VlbenchError):
     """A batch with rows that cannot be normalised; `rows` are their positions in the batch.
 
-    The embedding job names the model, the file and the items (vlbench.embedding.shards).
+    The embedding job names the model, the file and the items (vlbench.embedding.encode).
     """
 
     def __init__(self, rows: list[int], reason: str) -> None:

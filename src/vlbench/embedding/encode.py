@@ -1,0 +1,147 @@
+"""One shard through one model: its ids and L2-normalised rows, and what the pass recorded."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from vlbench.data.canonical import ID_COLUMNS
+from vlbench.embedding.batches import image_batches
+from vlbench.embedding.loader import read_column_range
+from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import STORAGE_DTYPES, Shard
+from vlbench.errors import VlbenchError
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB.
+
+    Reads VmHWM on Linux: `ru_maxrss` would also count the parent's memory at fork time.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
+
+
+def encode_distinct_texts(
+    model: EmbeddingModel,
+    texts: Sequence[str],
+    batch_size: int,
+    trim_padding: bool,
+    progress: Callable[[int], object] = lambda count: None,
+) -> tuple[np.ndarray, int]:
+    """Encode each distinct text once (first-seen order, in batches) and give every copy that
+    row: identical texts get identical embeddings whatever batches they fall in, so the exact
+    tie policies hold for duplicated captions and prompts. Returns the rows and the count of
+    distinct texts."""
+    first: dict[str, int] = {}
+    rows = np.fromiter(
+        (first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts)
+    )
+    distinct = list(first)
+    encoded = []
+    for begin in range(0, len(distinct), batch_size):
+        try:
+            encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+        except BadEmbeddings as error:  # name the texts' first rows, not the distinct batch's
+            first_rows = [texts.index(distinct[begin + row]) for row in error.rows]
+            raise BadEmbeddings(first_rows, error.reason) from error
+        progress(min(batch_size, len(distinct) - begin))
+    progress(len(texts) - len(distinct))  # the copies, given their rows without encoding
+    return np.concatenate(encoded)[rows], len(distinct)
+
+
+def embed_rows(
+    model: EmbeddingModel,
+    shard: Shard,
+    settings: EmbedSettings,
+    stats: dict[str, Any] | None = None,
+) -> tuple[list[str], np.ndarray]:
+    """Embed a shard's rows: ids and L2-normalised float32 rows (`stats`: what the pass saw)."""
+    stats = {} if stats is None else stats
+    source, start, stop = shard.source, shard.start, shard.stop
+    ids = read_column_range(source, ID_COLUMNS[shard.modality], start, stop)
+    if len(ids) != stop - start:
+        raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
+    chunks: list[np.ndarray] = []
+    try:
+        with tqdm(
+            total=stop - start,
+            desc=f"embed {shard.modality}s {start}-{stop}",
+            unit=shard.modality,
+            mininterval=5,
+            file=sys.stderr,
+        ) as progress:
+            if shard.modality == "image":
+                for inputs in image_batches(model, shard, settings, stats):
+                    chunks.append(model.encode_images(inputs))
+                    progress.update(len(inputs))
+            else:
+                texts = read_column_range(source, "text", start, stop)
+                matrix, distinct = encode_distinct_texts(
+                    model, texts, settings.batch_size, settings.trim_text_padding, progress.update
+                )
+                stats["distinct_texts"] = distinct
+                chunks.append(matrix)
+    except BadEmbeddings as error:
+        done = sum(len(chunk) for chunk in chunks) if shard.modality == "image" else 0
+        raise _named(error, model, shard, ids, done) from error
+    matrix = np.concatenate(chunks)
+    if len(matrix) != len(ids):
+        raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
+    return ids, matrix
+
+
+def _named(
+    error: BadEmbeddings, model: EmbeddingModel, shard: Shard, ids: Sequence[str], offset: int
+) -> VlbenchError:
+    """The error of a batch with rows that cannot be normalised, naming model, file and items."""
+    shown = ", ".join(
+        f"{ids[offset + row]!r} (row {shard.start + offset + row})" for row in error.rows[:3]
+    )
+    more = f" and {len(error.rows) - 3} more" if len(error.rows) > 3 else ""
+    label = model.source.get("name") or model.source.get("adapter", "?")
+    return VlbenchError(
+        f"model {label}: {shard.source}: {shard.modality} {shown}{more}: {error.reason}"
+    )
+
+
+def embed_shard(
+    model: EmbeddingModel, model_record: dict[str, Any], shard: Shard, settings: EmbedSettings
+) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """Embed a shard: ids, the matrix in its storage dtype, and its provenance record
+    (`model_record`: what the model is, from `vlbench.embedding.job.model_record`)."""
+    stats: dict[str, Any] = {}
+    began = time.perf_counter()
+    ids, matrix = embed_rows(model, shard, settings, stats)
+    seconds = time.perf_counter() - began
+    rows = shard.stop - shard.start
+    record = {
+        **model_record,
+        "modality": shard.modality,
+        "source": str(shard.source),
+        "rows": [shard.start, shard.stop],
+        "seconds": round(seconds, 3),
+        "items_per_second": round(rows / seconds, 2) if seconds > 0 else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "settings": asdict(settings),
+        **stats,
+    }
+    if shard.modality == "text":
+        # Reference tokenizers cut longer texts at the context length; say how many it touched.
+        record["texts_at_context_limit"] = model.texts_at_context_limit
+        record["text_padding_trimmed"] = model.trims_text_padding(settings.trim_text_padding)
+    return ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record
