@@ -17,7 +17,7 @@ from vlbench.errors import VlbenchError
 # so changing one reruns nothing; the jobs read them from the config at run time.
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
-    "embedding": ("threads", "num_workers", "pixel_cache"),
+    "embedding": ("threads", "num_workers", "pixel_cache", "jobs"),
     "prepare": ("threads",),
     "ranking": ("block_mb",),
 }

@@ -18,6 +18,12 @@ MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
 # outputs), and the job's resume folder of stored shards, shards/<modality>/shard-XXXXX.*.
 EMBEDDINGS_DIR = "results/embeddings/{model}/{benchmark}"
 EMBEDDING_SHARDS = EMBEDDINGS_DIR + "/shards"
+# The files of one (model, benchmark)'s embeddings, by output name (the embed rule's outputs).
+EMBEDDING_FILES = {
+    f"{modality}{name}": f"{EMBEDDINGS_DIR}/{modality}{suffix}"
+    for modality in ("image", "text")
+    for name, suffix in (("", ".npy"), ("_ids", ".ids.parquet"), ("_provenance", ".json"))
+}
 PIXEL_CACHE_DIR = "results/pixels"
 GPU_LOCK_DIR = "results/.gpu-locks"
 

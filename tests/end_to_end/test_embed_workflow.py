@@ -101,3 +101,32 @@ def test_speed_knobs_leave_the_embeddings_byte_identical(demo_run: Path, tmp_pat
     assert len(stored) == 6
     for path in stored:
         assert (workdir / path).read_bytes() == (demo_run / path).read_bytes(), path
+
+
+def test_one_job_per_model_embeds_every_benchmark_with_one_model_load(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    """embedding.jobs: per_model, with a second benchmark: one embed job for the model, one
+    model load for both benchmarks, and the demo's matrices byte-identical to its own job's."""
+    workdir = copy_of_run(demo_run, tmp_path)
+    shutil.rmtree(workdir / "results" / "embeddings")
+    config = workdir / "config.yaml"
+    settings = yaml.safe_load(config.read_text())
+    settings["embedding"]["jobs"] = "per_model"
+    settings["benchmarks"]["other"] = {
+        "protocol": "paired",
+        "source": {"synthetic": {"pairs": 8, "seed": 5}},
+        "k": [1, 5],
+    }
+    config.write_text(yaml.safe_dump(settings))
+    targets = [
+        f"results/embeddings/tiny/{b}/{m}.npy" for b in ("demo", "other") for m in ("image", "text")
+    ]
+    result = run_workflow(workdir, config, *targets, "--cores", "2")
+    assert "rule embed:" in result.stdout + result.stderr
+    log = (workdir / "logs" / "embed" / "tiny.log").read_text()
+    assert log.count("model vlbench-tiny on ") == 1
+    assert "other text: 1 shard(s), 0 reused" in log
+    for modality in ("image", "text"):
+        path = Path(STEM) / f"{modality}.npy"
+        assert (workdir / path).read_bytes() == (demo_run / path).read_bytes(), path

@@ -45,9 +45,13 @@ def job(rule: str, **wildcards: str) -> str:
     return f"{rule}[{','.join(f'{k}={v}' for k, v in sorted(wildcards.items()))}]"
 
 
+# The paper table, and the coverage summary after it.
+PAPER = {job("paper_table", table="biomedflickr"), job("paper_summary")}
+
+
 def summary(benchmarks=BENCHMARKS, paired_tests: bool = True) -> set[str]:
     """The jobs that read the long metrics table (and the paired tests)."""
-    jobs = {job("tables"), job("paper_table", table="biomedflickr")}
+    jobs = {job("tables"), *PAPER}
     jobs |= {job("paired_tests")} if paired_tests else set()
     for benchmark in benchmarks:
         jobs |= {
@@ -215,9 +219,9 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "reference CSV edited, mtime kept": (
         reference_csv_edited_keeping_mtime,
-        {job("paper_table", table="biomedflickr")},
+        PAPER,
     ),
-    "reference map edited": (reference_map_edited, {job("paper_table", table="biomedflickr")}),
+    "reference map edited": (reference_map_edited, PAPER),
     "embedding.num_workers": (set_key("embedding", "num_workers", value=1), set()),
     "embedding.threads": (set_key("embedding", "threads", value=1), set()),
     "prepare.threads": (set_key("prepare", "threads", value=1), set()),
@@ -247,7 +251,7 @@ MATRIX: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "tables.tolerance": (
         set_key("tables", "tolerance", value=1.0),
-        {job("paper_table", table="biomedflickr")},
+        PAPER,
     ),
     "tables.qualitative_queries": (
         set_key("tables", "qualitative_queries", value=1),

@@ -42,7 +42,12 @@ def test_every_cell_of_every_configured_model_is_filled(run) -> None:
         assert coverage["our_cells"] > 0 and coverage["our_filled"] == coverage["our_cells"], table
         keys = {row["model_key"] for row in table_rows(workdir, table) if row["model_key"]}
         assert keys == models, table
-        assert set(coverage["reasons"]) <= {"not reproducible"}, coverage["line"]
+        # Only what no config can reproduce stays empty, and in BioCLIP's few-shot table the two
+        # rows of the Rare Species card that biocap.yaml does not run.
+        allowed = {"not reproducible"} | (
+            {"not configured"} if table == "bioclip-fewshot" else set()
+        )
+        assert set(coverage["reasons"]) <= allowed, coverage["line"]
     # FG-CLIP and BioTrove-CLIP are the published rows no config reproduces.
     reasons = tables["biocap-table1"]["reasons"]["not reproducible"]
     assert {detail.split(":")[0] for detail in reasons} == {"FG-CLIP", "BioTrove-CLIP"}
@@ -66,7 +71,8 @@ def test_inquire_columns_come_from_the_capitalised_supercategories(run) -> None:
     inquire = metrics(workdir).filter(
         (pl.col("benchmark") == "inquire-rerank") & (pl.col("metric") == "average_precision")
     )
-    assert set(inquire["group"].drop_nulls()) == {"Appearance", "Behavior", "Context", "Species"}
+    # Beside the overall rows, one per supercategory, which INQUIRE's data capitalises.
+    assert set(inquire["subset"]) == {"test", "Appearance", "Behavior", "Context", "Species"}
     for row in table_rows(workdir, "biocap-table2"):
         if row["model_key"]:
             assert all(row[f"INQUIRE {name} ours"] for name in ("Appearance", "Species"))

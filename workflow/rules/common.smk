@@ -12,6 +12,7 @@ from vlbench.config import pick, result_keys, source_kind
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
+    EMBEDDING_FILES,
     EMBEDDING_SHARDS,
     EMBEDDINGS_DIR,
     PIXEL_CACHE_DIR,
@@ -285,9 +286,19 @@ def benchmark_examples_inputs(wildcards):
     return inputs
 
 
+# An embedding job's `benchmark:` file: per (model, benchmark), or per model (embedding.jobs).
+EMBED_TIMINGS = (
+    f"{TIMINGS_DIR}/embed/{{model}}/{{benchmark}}.tsv"
+    if config["embedding"]["jobs"] == "per_benchmark"
+    else f"{TIMINGS_DIR}/embed/{{model}}.tsv"
+)
+
+
 def benchmark_timings(wildcards):
     """The `benchmark:` files of the jobs on one benchmark (prepare, every embed and evaluate),
     which its provenance page lists."""
-    jobs = [f"prepare_benchmark/{wildcards.benchmark}"]
-    jobs += [f"{stage}/{model}/{wildcards.benchmark}" for stage in ("embed", "evaluate") for model in MODELS]
-    return [f"{TIMINGS_DIR}/{job}.tsv" for job in jobs]
+    files = [f"{TIMINGS_DIR}/prepare_benchmark/{wildcards.benchmark}.tsv"]
+    for model in MODELS:
+        files.append(EMBED_TIMINGS.format(model=model, benchmark=wildcards.benchmark))
+        files.append(f"{TIMINGS_DIR}/evaluate/{model}/{wildcards.benchmark}.tsv")
+    return files

@@ -28,35 +28,70 @@ rule init_random_checkpoint:
 # its text shard. The outputs are the gathered matrices.
 
 
-rule embed:
-    input:
-        images="results/data/{benchmark}/images.parquet",
-        texts="results/data/{benchmark}/texts.parquet",
-        weights=checkpoint_input,
-    output:
-        image="results/embeddings/{model}/{benchmark}/image.npy",
-        image_ids="results/embeddings/{model}/{benchmark}/image.ids.parquet",
-        image_provenance="results/embeddings/{model}/{benchmark}/image.json",
-        text="results/embeddings/{model}/{benchmark}/text.npy",
-        text_ids="results/embeddings/{model}/{benchmark}/text.ids.parquet",
-        text_provenance="results/embeddings/{model}/{benchmark}/text.json",
-    params:
-        model=model_spec,
-        identity=embedding_identity,
-        resume_dir=EMBEDDING_SHARDS,
-        # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the
-        # job: a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
-        pixel_cache_dir=PIXEL_CACHE_DIR,
-    # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give each
-    # GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
-    threads: config["embedding"]["threads"]
-    resources:
-        gpu=1,
-    conda:
-        "../../envs/vlbench.yaml"
-    log:
-        "logs/embed/{model}/{benchmark}.log",
-    benchmark:
-        "results/timings/embed/{model}/{benchmark}.tsv"
-    script:
-        "../../scripts/embed.py"
+# embedding.jobs: per_benchmark (default) makes one job per (model, benchmark); per_model one
+# job per model over every benchmark (the model loaded once; config/README.md says what each
+# reruns). Both write the same files and numbers.
+if config["embedding"]["jobs"] == "per_benchmark":
+
+    rule embed:
+        input:
+            images="results/data/{benchmark}/images.parquet",
+            texts="results/data/{benchmark}/texts.parquet",
+            weights=checkpoint_input,
+        output:
+            **EMBEDDING_FILES,
+        params:
+            model=model_spec,
+            identity=embedding_identity,
+            benchmarks=lambda wildcards: [wildcards.benchmark],
+            resume_dirs=lambda wildcards: [EMBEDDING_SHARDS.format(**wildcards)],
+            # Speed knobs (threads, num_workers, pixel_cache, jobs) are read from the config by
+            # the job: a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
+            pixel_cache_dir=PIXEL_CACHE_DIR,
+        # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give
+        # each GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
+        threads: config["embedding"]["threads"]
+        resources:
+            gpu=1,
+        conda:
+            "../../envs/vlbench.yaml"
+        log:
+            "logs/embed/{model}/{benchmark}.log",
+        benchmark:
+            EMBED_TIMINGS
+        script:
+            "../../scripts/embed.py"
+
+else:
+
+    rule embed:
+        input:
+            images=expand("results/data/{benchmark}/images.parquet", benchmark=BENCHMARKS),
+            texts=expand("results/data/{benchmark}/texts.parquet", benchmark=BENCHMARKS),
+            weights=checkpoint_input,
+        output:
+            [
+                path.replace("{benchmark}", benchmark)
+                for benchmark in BENCHMARKS
+                for path in EMBEDDING_FILES.values()
+            ],
+        params:
+            model=model_spec,
+            identity=embedding_identity,
+            benchmarks=BENCHMARKS,
+            resume_dirs=lambda wildcards: [
+                EMBEDDING_SHARDS.format(model=wildcards.model, benchmark=benchmark)
+                for benchmark in BENCHMARKS
+            ],
+            pixel_cache_dir=PIXEL_CACHE_DIR,
+        threads: config["embedding"]["threads"]
+        resources:
+            gpu=1,
+        conda:
+            "../../envs/vlbench.yaml"
+        log:
+            "logs/embed/{model}.log",
+        benchmark:
+            EMBED_TIMINGS
+        script:
+            "../../scripts/embed.py"

@@ -53,12 +53,21 @@ class EmbeddingJob:
     resume_dir: Path
 
 
-def run(job: EmbeddingJob) -> dict[str, list[dict[str, Any]]]:
+def run(job: EmbeddingJob, model: ModelOnce | None = None) -> dict[str, list[dict[str, Any]]]:
     """Embed (or reuse) every shard of every modality and gather the job's outputs; return
-    each modality's shard records."""
+    each modality's shard records. `model`: one already made for another benchmark of the same
+    model (embedding.jobs: per_model), loaded at most once for all of them."""
     torch.set_num_threads(job.settings.threads)
-    model = ModelOnce(job.model, job.identity, job.settings.batch_size)
+    model = model or ModelOnce(job.model, job.identity, job.settings.batch_size)
     return {modality: embed_modality(job, modality, model) for modality in MODALITY_ORDER}
+
+
+def run_benchmarks(jobs: Mapping[str, EmbeddingJob]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """One model's jobs on several benchmarks (embedding.jobs: per_model): the model is loaded
+    once, the first time a shard of any of them needs it; return each benchmark's records."""
+    first = next(iter(jobs.values()))
+    model = ModelOnce(first.model, first.identity, first.settings.batch_size)
+    return {benchmark: run(job, model) for benchmark, job in jobs.items()}
 
 
 def embed_modality(job: EmbeddingJob, modality: str, load: LoadModel) -> list[dict[str, Any]]:
