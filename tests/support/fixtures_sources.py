@@ -70,6 +70,14 @@ VALUE = {"dtype": "string", "_type": "Value"}
 GENERA = ["Panthera", "Vulpes", "Corvus", "Rana", "Salmo", "Apis"]
 
 
+def candidate_taxa(rng: np.random.Generator, taxa: list[str], q: int) -> tuple[str, list[str]]:
+    """Query q's correct taxon and its candidate taxa: it and three others, shuffled."""
+    correct = taxa[q % len(taxa)]
+    others = [t for t in taxa if t != correct]
+    chosen = [correct, *rng.choice(others, size=3, replace=False).tolist()]
+    return correct, [chosen[i] for i in rng.permutation(len(chosen))]
+
+
 def biovita_subset(subset: str, n_queries: int, seed: int) -> dict[str, Any]:
     """Rows of the four configs of one BioVITA subset (genus names repeat, as in the real one)."""
     rng = np.random.default_rng(seed)
@@ -81,10 +89,7 @@ def biovita_subset(subset: str, n_queries: int, seed: int) -> dict[str, Any]:
     taxa = list(dict.fromkeys(row["taxon"] for row in corpus))
     queries, qrels, ranked = [], [], []
     for q in range(n_queries):
-        correct = taxa[q % len(taxa)]
-        others = [t for t in taxa if t != correct]
-        chosen = [correct, *rng.choice(others, size=3, replace=False).tolist()]
-        order = [chosen[i] for i in rng.permutation(len(chosen))]
+        correct, order = candidate_taxa(rng, taxa, q)
         query_id = f"{subset}-q{q:03d}"
         queries.append(
             {
@@ -182,10 +187,7 @@ def biovita_t2i_subset(subset: str, n_queries: int, seed: int) -> dict[str, Any]
     taxa = list(dict.fromkeys(row["taxon"] for row in corpus))
     queries, qrels, ranked = [], [], []
     for q in range(n_queries):
-        correct = taxa[q % len(taxa)]
-        others = [t for t in taxa if t != correct]
-        chosen = [correct, *rng.choice(others, size=3, replace=False).tolist()]
-        order = [chosen[i] for i in rng.permutation(len(chosen))]
+        correct, order = candidate_taxa(rng, taxa, q)
         query_id = f"{subset}-q{q:03d}"
         # As the construction script selects them: the text index's `text` (the bare taxon name
         # at the subset's level) under the task's query id.

@@ -242,3 +242,37 @@ def table_rows(workdir: Path, table: str) -> list[dict[str, str]]:
     path = workdir / "results" / "tables" / "paper" / f"{table}.csv"
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
+
+
+def run_against_a_loopback_hub(
+    name: str, workdir: Path, *extra: str
+) -> subprocess.CompletedProcess:
+    """`run_shipped` with a loopback hub of its own, stopped afterwards."""
+    hub = LoopbackHub()
+    try:
+        return run_shipped(name, workdir, hub, *extra)
+    finally:
+        hub.stop()
+
+
+def check_every_cell_filled(
+    workdir: Path,
+    result: subprocess.CompletedProcess,
+    name: str,
+    also_allowed: dict[str, set[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The run succeeded, made exactly the config's paper tables, and every cell of every
+    configured model's row is filled; a published cell stays empty only because no config can
+    reproduce its row (or for a reason `also_allowed` names for that table). Returns the
+    tables' coverage records."""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    tables = paper_tables(workdir)
+    assert set(tables) == TABLES[name]
+    models = set(shipped(name)["models"])
+    for table, coverage in tables.items():
+        assert coverage["our_cells"] > 0 and coverage["our_filled"] == coverage["our_cells"], table
+        keys = {row["model_key"] for row in table_rows(workdir, table) if row["model_key"]}
+        assert keys == models, table
+        allowed = {"not reproducible"} | (also_allowed or {}).get(table, set())
+        assert set(coverage["reasons"]) <= allowed, coverage["line"]
+    return tables
