@@ -9,7 +9,13 @@ import pytest
 from workflow_helpers import REPO, SCHEMA, synthetic_benchmark, tiny_model, validate
 
 from vlbench.cli import build_parser
-from vlbench.config import RUN_TIME_KEYS, SCHEMA_PATH, result_keys, schema_defaults
+from vlbench.config import (
+    JOB_SHAPE_KEYS,
+    RUN_TIME_KEYS,
+    SCHEMA_PATH,
+    result_keys,
+    schema_defaults,
+)
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
@@ -166,7 +172,12 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     filled = validate(minimal())
     embed = asdict(EmbedSettings.from_config("b"))
     assert schema_defaults("embedding") == filled["embedding"]
-    assert {key: embed[key] for key in filled["embedding"]} == filled["embedding"]
+    job_settings = {
+        key: value
+        for key, value in filled["embedding"].items()
+        if key not in JOB_SHAPE_KEYS["embedding"]
+    }
+    assert {key: embed[key] for key in job_settings} == job_settings
     stats = StatsSettings.from_config()
     assert asdict(stats) == {key: filled["metrics"][key] for key in asdict(stats)}
     score = build_parser().parse_args(
@@ -208,5 +219,20 @@ def test_run_time_keys_rerun_nothing_and_are_no_params() -> None:
             assert key in schema_defaults(section), f"{section}.{key}"
             assert rows[key][-1] == "nothing", f"{section}.{key}"
             assert f"`{section}.{key}`" in nothing, f"{section}.{key}"
-        assert set(result_keys(filled, section)) == set(filled[section]) - set(keys)
+        shape = JOB_SHAPE_KEYS.get(section, ())
+        assert set(result_keys(filled, section)) == set(filled[section]) - {*keys, *shape}
     assert filled["prepare"] == {"threads": 2}
+
+
+def test_job_shape_keys_are_no_params_and_say_they_rerun_the_jobs_once() -> None:
+    """A key that only cuts the work into jobs is no param; its row says what switching reruns."""
+    filled = validate(minimal())
+    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    shape_bullet = text.split("- **job shape**:", 1)[1].split("\n- ", 1)[0]
+    for section, keys in JOB_SHAPE_KEYS.items():
+        rows = readme_rows(section)
+        for key in keys:
+            assert key in schema_defaults(section), f"{section}.{key}"
+            assert key not in result_keys(filled, section), f"{section}.{key}"
+            assert rows[key][-1].startswith("**job shape**"), f"{section}.{key}"
+            assert f"`{section}.{key}`" in shape_bullet, f"{section}.{key}"

@@ -31,6 +31,7 @@ SCHEMA_ENUMS: dict[str, tuple[str, str]] = {
         "STORAGE_DTYPES",
     ),
     "properties.ranking.properties.tie_policy": ("vlbench.rank.exact", "TiePolicy"),
+    "properties.embedding.properties.jobs": ("vlbench.config", "EMBED_JOB_SHAPES"),
     "$defs.benchmark.properties.text_type": ("vlbench.data.sources.classification", "TEXT_TYPES"),
     "$defs.benchmark.properties.templates": (
         "vlbench.data.sources.classification",

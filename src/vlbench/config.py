@@ -17,15 +17,22 @@ from vlbench.errors import VlbenchError
 # so changing one reruns nothing; the jobs read them from the config at run time.
 # config/README.md says for every key whether changing it reruns anything, and what.
 RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
-    "embedding": ("threads", "num_workers", "pixel_cache", "jobs"),
+    "embedding": ("threads", "num_workers", "pixel_cache"),
     "prepare": ("threads",),
     "ranking": ("block_mb",),
 }
 
+# Keys that cut the work into jobs (the DAG's shape), never a number: no rule passes them as a
+# param either, but switching one renames the jobs, so Snakemake reruns those jobs once.
+JOB_SHAPE_KEYS: dict[str, tuple[str, ...]] = {"embedding": ("jobs",)}
+
+# The choices of `embedding.jobs` (workflow/rules/embed.smk defines the rules of each).
+EMBED_JOB_SHAPES: tuple[str, ...] = ("per_benchmark", "per_model")
+
 
 def result_keys(config: Mapping[str, Any], section: str) -> dict[str, Any]:
     """The keys of a config section that can change a number (a rule's params)."""
-    neutral = RUN_TIME_KEYS.get(section, ())
+    neutral = (*RUN_TIME_KEYS.get(section, ()), *JOB_SHAPE_KEYS.get(section, ()))
     return {key: value for key, value in config[section].items() if key not in neutral}
 
 
