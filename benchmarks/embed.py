@@ -482,23 +482,31 @@ def save_cheap_models(directory: Path, count: int) -> tuple[dict[str, Path], dic
 
 
 def bench_gpu_regime(
-    work: Path, model_counts: list[int], batch: int, workers: int, pairs: int
+    work: Path,
+    model_counts: list[int],
+    batch: int,
+    workers: int,
+    pairs: int,
+    embed_jobs: str = "per_benchmark",
 ) -> dict[str, Any]:
     """(g) cheap-forward models: the workflow vs one clip_benchmark run per model.
 
     Both tools get the same decode workers: clip_benchmark `--num_workers workers`, the
     workflow `embedding.num_workers: workers`. Each count runs twice, once in each order.
     Then one more architecture is added to the finished 3-model run and timed against a
-    clip_benchmark run of that model alone.
+    clip_benchmark run of that model alone. `embed_jobs`: the workflow's embedding.jobs.
     """
     config_dir = work / "cheap-models"
     checkpoints, names = save_cheap_models(config_dir, max(max(model_counts), 4))
     keys = list(checkpoints)
-    out: dict[str, Any] = {"pairs": pairs, "workers": workers, "batch_size": batch}
+    out: dict[str, Any] = {
+        "pairs": pairs, "workers": workers, "batch_size": batch, "embed_jobs": embed_jobs,
+    }  # fmt: skip
+    shape = {"threads": 1, "jobs": embed_jobs}
     for count in model_counts:
         chosen = {key: checkpoints[key] for key in keys[:count]}
         # One decode worker per job, one thread: two jobs at once on two cores.
-        config = workflow_config(work / "hub", chosen, batch, workers, names, config_dir, threads=1)
+        config = workflow_config(work / "hub", chosen, batch, workers, names, config_dir, **shape)
         samples = []
         run_dir, clip_dir = work / f"g-vlbench-{count}", work / f"g-clip-{count}"
         for clip_first in (False, True):
@@ -525,7 +533,7 @@ def bench_gpu_regime(
     extra = keys[3]
     four = {key: checkpoints[key] for key in keys[:4]}
     added = run_vlbench(run_dir, workflow_config(work / "hub", four, batch, workers, names,
-                                                 config_dir, threads=1), fresh=False)  # fmt: skip
+                                                 config_dir, **shape), fresh=False)  # fmt: skip
     alone, theirs = run_clip_benchmark(
         work / "wds", {extra: checkpoints[extra]}, batch, workers, work / "g-clip-added",
         names, config_dir,
@@ -630,6 +638,12 @@ def main() -> None:
     parser.add_argument("--parts", default="abcdeg")
     parser.add_argument("--regime-models", type=int, nargs="+", default=[3, 7])
     parser.add_argument(
+        "--embed-jobs",
+        default="per_benchmark",
+        choices=["per_benchmark", "per_model", "single"],
+        help="(g): the workflow's embedding.jobs",
+    )
+    parser.add_argument(
         "--clip-first", action="store_true", help="(b): run clip_benchmark before the workflow"
     )
     args = parser.parse_args()
@@ -699,7 +713,9 @@ def main() -> None:
             )
         print(json.dumps(results["e"], indent=1), flush=True)
     if "g" in args.parts:
-        results["g"] = bench_gpu_regime(work, args.regime_models, batch, workers, args.pairs)
+        results["g"] = bench_gpu_regime(
+            work, args.regime_models, batch, workers, args.pairs, args.embed_jobs
+        )
     results[f"machine_end_{args.parts}"] = machine()
     results[f"total_seconds_{args.parts}"] = time.perf_counter() - began
     (work / "results.json").write_text(json.dumps(results, indent=2))

@@ -27,7 +27,7 @@ RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
 JOB_SHAPE_KEYS: dict[str, tuple[str, ...]] = {"embedding": ("jobs",)}
 
 # The choices of `embedding.jobs` (workflow/rules/embed.smk defines the rules of each).
-EMBED_JOB_SHAPES: tuple[str, ...] = ("per_benchmark", "per_model")
+EMBED_JOB_SHAPES: tuple[str, ...] = ("per_benchmark", "per_model", "single")
 
 
 def result_keys(config: Mapping[str, Any], section: str) -> dict[str, Any]:

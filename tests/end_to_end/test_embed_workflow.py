@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import yaml
-from workflow_helpers import copy_of_run, run_workflow
+from workflow_helpers import copy_of_run, run_workflow, tiny_model
 
 from vlbench.report.provenance import read_snakemake_benchmark
 
@@ -103,30 +104,47 @@ def test_speed_knobs_leave_the_embeddings_byte_identical(demo_run: Path, tmp_pat
         assert (workdir / path).read_bytes() == (demo_run / path).read_bytes(), path
 
 
-def test_one_job_per_model_embeds_every_benchmark_with_one_model_load(
-    demo_run: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("jobs", "log_name", "models"),
+    [("per_model", "tiny", ("tiny",)), ("single", "every-model", ("tiny", "tiny2"))],
+)
+def test_fewer_embed_jobs_load_each_model_once_with_the_same_bytes(
+    demo_run: Path, tmp_path: Path, jobs: str, log_name: str, models: tuple[str, ...]
 ) -> None:
-    """embedding.jobs: per_model, with a second benchmark: one embed job for the model, one
-    model load for both benchmarks, and the demo's matrices byte-identical to its own job's."""
+    """embedding.jobs: per_model (one job per model) and single (one job for every model), with
+    a second benchmark (and for single a second model): one embed job, one load per model for
+    both benchmarks, and the demo's matrices byte-identical to its own job's."""
     workdir = copy_of_run(demo_run, tmp_path)
     shutil.rmtree(workdir / "results" / "embeddings")
     config = workdir / "config.yaml"
     settings = yaml.safe_load(config.read_text())
-    settings["embedding"]["jobs"] = "per_model"
+    settings["embedding"]["jobs"] = jobs
     settings["benchmarks"]["other"] = {
         "protocol": "paired",
         "source": {"synthetic": {"pairs": 8, "seed": 5}},
         "k": [1, 5],
     }
+    if "tiny2" in models:
+        settings["models"]["tiny2"] = tiny_model(seed=1)
     config.write_text(yaml.safe_dump(settings))
     targets = [
-        f"results/embeddings/tiny/{b}/{m}.npy" for b in ("demo", "other") for m in ("image", "text")
+        f"results/embeddings/{model}/{benchmark}/{modality}.npy"
+        for model in models
+        for benchmark in ("demo", "other")
+        for modality in ("image", "text")
     ]
     result = run_workflow(workdir, config, *targets, "--cores", "2")
-    assert "rule embed:" in result.stdout + result.stderr
-    log = (workdir / "logs" / "embed" / "tiny.log").read_text()
-    assert log.count("model vlbench-tiny on ") == 1
-    assert "other text: 1 shard(s), 0 reused" in log
+    output = result.stdout + result.stderr
+    assert output.count("rule embed:") == 1
+    log = (workdir / "logs" / "embed" / f"{log_name}.log").read_text()
+    assert log.count("model vlbench-tiny on ") == len(models)
+    for model in models:
+        assert f"{model} on other text: 1 shard(s), 0 reused" in log
     for modality in ("image", "text"):
         path = Path(STEM) / f"{modality}.npy"
         assert (workdir / path).read_bytes() == (demo_run / path).read_bytes(), path
+    if "tiny2" in models:  # another seed: other numbers, in the second model's own files
+        other = workdir / "results/embeddings/tiny2/demo/image.npy"
+        assert other.read_bytes() != (demo_run / STEM / "image.npy").read_bytes()
+    timings = workdir / "results" / "timings" / "embed"
+    assert read_snakemake_benchmark(timings / f"{log_name}.tsv")["s"] > 0

@@ -15,10 +15,10 @@ relative paths and the reference map. What changes, and why:
 - `expected` row counts are dropped: they are the full datasets' counts;
 - the run asks for the paper tables and their coverage (every job they need), not for the
   per-benchmark plots, provenance pages and examples, which the demo's run covers;
-- the embedding work is cut into one job per model (`embedding.jobs: per_model`, a speed knob
-  whose results are byte-identical, tests/end_to_end/test_embed_workflow.py): importing torch
-  and open_clip costs every embedding job seconds, which 126 (model, benchmark) jobs of
-  biocap.yaml would pay 126 times.
+- the embedding work is one job (`embedding.jobs: single`, a job-shape key whose results are
+  byte-identical, tests/end_to_end/test_embed_workflow.py): importing torch and open_clip costs
+  every embedding job seconds, which 126 (model, benchmark) jobs of biocap.yaml would pay 126
+  times.
 
 Zero-shot miniatures hold six images per class: few-shot accuracy (on by default for every
 zero-shot benchmark, k = 1 and 5) needs k images per class and at least one left to query.
@@ -207,7 +207,7 @@ def run_shipped(
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
         "--directory", str(workdir), "--configfile", str(configfile),
-        "--config", f"data_root={scratch / 'data'}", "embedding={jobs: per_model}",
+        "--config", f"data_root={scratch / 'data'}", "embedding={jobs: single}",
         "--cores", "2", *(extra or TARGETS),
     ]  # fmt: skip
     env = {**os.environ, **client_environment(hub, workdir / "hf-home")}

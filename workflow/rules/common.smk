@@ -202,25 +202,76 @@ def model_files_fingerprint(wildcards):
     return _model_fingerprint(wildcards.model)
 
 
-def model_spec(wildcards):
-    """The spec an embedding job loads (random-init models load their rule-made checkpoint)."""
-    pinned()
-    return model_spec_for_job(wildcards.model, config["models"][wildcards.model])
-
-
-def checkpoint_input(wildcards):
-    """The local checkpoint file a model loads, if any; random-init checkpoints are made by a rule."""
-    return local_checkpoint(wildcards.model, config["models"][wildcards.model])
-
-
-def embedding_identity(wildcards):
+def embedding_identity(model):
     """What a model's embeddings depend on besides the rows: the configured spec (random-init
     seed included), its user files' fingerprint and the settings that change numbers."""
+    return {
+        "model": config["models"][model],
+        "model_files": _model_fingerprint(model),
+        "embedding": result_keys(config, "embedding"),
+    }
+
+
+# embedding.jobs decides which wildcards (model, benchmark) the embed jobs take, as follows.
+# per_benchmark both (one job per model and benchmark), per_model the model only (one job per
+# model over every benchmark), single neither (one job: every model on every benchmark).
+EMBED_JOBS = config["embedding"]["jobs"]
+EMBED_WILDCARDS = {
+    "per_benchmark": ("model", "benchmark"),
+    "per_model": ("model",),
+    "single": (),
+}[EMBED_JOBS]
+
+
+def embed_pattern(pattern):
+    """A path pattern of one (model, benchmark) as the embed jobs name it (several paths): the
+    wildcards of the embed rule stay, the others are filled with every model or benchmark."""
+    models = ["{model}"] if "model" in EMBED_WILDCARDS else MODELS
+    benchmarks = ["{benchmark}"] if "benchmark" in EMBED_WILDCARDS else BENCHMARKS
+    return [
+        pattern.replace("{model}", model).replace("{benchmark}", benchmark)
+        for model in models
+        for benchmark in benchmarks
+    ]
+
+
+def embed_models(wildcards):
+    """The models of one embed job, in the order of its outputs."""
+    return [wildcards.model] if "model" in EMBED_WILDCARDS else MODELS
+
+
+def embed_benchmarks(wildcards):
+    """The benchmarks of one embed job, in the order of its outputs."""
+    return [wildcards.benchmark] if "benchmark" in EMBED_WILDCARDS else BENCHMARKS
+
+
+def embed_sources(modality):
+    """Input function: the canonical parquet files of one modality an embed job reads."""
+    return lambda wildcards: [
+        f"results/data/{benchmark}/{modality}.parquet" for benchmark in embed_benchmarks(wildcards)
+    ]
+
+
+def embed_weights(wildcards):
+    """The local checkpoint files the models of one embed job load (random-init ones are made
+    by a rule)."""
+    return [
+        path
+        for model in embed_models(wildcards)
+        for path in local_checkpoint(model, config["models"][model])
+    ]
+
+
+def embed_model_params(wildcards):
+    """Per model of one embed job: the spec it loads (random-init models load their rule-made
+    checkpoint) and its embeddings' identity."""
     pinned()
     return {
-        "model": config["models"][wildcards.model],
-        "model_files": model_files_fingerprint(wildcards),
-        "embedding": result_keys(config, "embedding"),
+        model: {
+            "spec": model_spec_for_job(model, config["models"][model]),
+            "identity": embedding_identity(model),
+        }
+        for model in embed_models(wildcards)
     }
 
 
@@ -286,12 +337,12 @@ def benchmark_examples_inputs(wildcards):
     return inputs
 
 
-# An embedding job's `benchmark:` file: per (model, benchmark), or per model (embedding.jobs).
-EMBED_TIMINGS = (
-    f"{TIMINGS_DIR}/embed/{{model}}/{{benchmark}}.tsv"
-    if config["embedding"]["jobs"] == "per_benchmark"
-    else f"{TIMINGS_DIR}/embed/{{model}}.tsv"
+# An embedding job's `benchmark:` and log file, named by the wildcards it has (embedding.jobs).
+EMBED_JOB_NAME = (
+    str(Path(*(f"{{{name}}}" for name in EMBED_WILDCARDS))) if EMBED_WILDCARDS else "every-model"
 )
+EMBED_TIMINGS = f"{TIMINGS_DIR}/embed/{EMBED_JOB_NAME}.tsv"
+EMBED_LOG = f"logs/embed/{EMBED_JOB_NAME}.log"
 
 
 def benchmark_timings(wildcards):
@@ -301,4 +352,4 @@ def benchmark_timings(wildcards):
     for model in MODELS:
         files.append(EMBED_TIMINGS.format(model=model, benchmark=wildcards.benchmark))
         files.append(f"{TIMINGS_DIR}/evaluate/{model}/{wildcards.benchmark}.tsv")
-    return files
+    return list(dict.fromkeys(files))  # one embed job may cover every model

@@ -28,70 +28,39 @@ rule init_random_checkpoint:
 # its text shard. The outputs are the gathered matrices.
 
 
-# embedding.jobs: per_benchmark (default) makes one job per (model, benchmark); per_model one
-# job per model over every benchmark (the model loaded once; config/README.md says what each
-# reruns). Both write the same files and numbers.
-if config["embedding"]["jobs"] == "per_benchmark":
-
-    rule embed:
-        input:
-            images="results/data/{benchmark}/images.parquet",
-            texts="results/data/{benchmark}/texts.parquet",
-            weights=checkpoint_input,
-        output:
-            **EMBEDDING_FILES,
-        params:
-            model=model_spec,
-            identity=embedding_identity,
-            benchmarks=lambda wildcards: [wildcards.benchmark],
-            resume_dirs=lambda wildcards: [EMBEDDING_SHARDS.format(**wildcards)],
-            # Speed knobs (threads, num_workers, pixel_cache, jobs) are read from the config by
-            # the job: a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
-            pixel_cache_dir=PIXEL_CACHE_DIR,
-        # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give
-        # each GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
-        threads: config["embedding"]["threads"]
-        resources:
-            gpu=1,
-        conda:
-            "../../envs/vlbench.yaml"
-        log:
-            "logs/embed/{model}/{benchmark}.log",
-        benchmark:
-            EMBED_TIMINGS
-        script:
-            "../../scripts/embed.py"
-
-else:
-
-    rule embed:
-        input:
-            images=expand("results/data/{benchmark}/images.parquet", benchmark=BENCHMARKS),
-            texts=expand("results/data/{benchmark}/texts.parquet", benchmark=BENCHMARKS),
-            weights=checkpoint_input,
-        output:
-            [
-                path.replace("{benchmark}", benchmark)
-                for benchmark in BENCHMARKS
-                for path in EMBEDDING_FILES.values()
-            ],
-        params:
-            model=model_spec,
-            identity=embedding_identity,
-            benchmarks=BENCHMARKS,
-            resume_dirs=lambda wildcards: [
-                EMBEDDING_SHARDS.format(model=wildcards.model, benchmark=benchmark)
-                for benchmark in BENCHMARKS
-            ],
-            pixel_cache_dir=PIXEL_CACHE_DIR,
-        threads: config["embedding"]["threads"]
-        resources:
-            gpu=1,
-        conda:
-            "../../envs/vlbench.yaml"
-        log:
-            "logs/embed/{model}.log",
-        benchmark:
-            EMBED_TIMINGS
-        script:
-            "../../scripts/embed.py"
+# embedding.jobs cuts this work into jobs (common.smk, EMBED_WILDCARDS): per_benchmark (default)
+# one job per (model, benchmark), per_model one per model over every benchmark (the model loaded
+# once), single one job for every model on every benchmark (the libraries imported once: the
+# shortest run on one GPU). Every shape writes the same files and numbers; config/README.md says
+# what each reruns.
+rule embed:
+    input:
+        images=embed_sources("images"),
+        texts=embed_sources("texts"),
+        weights=embed_weights,
+    output:
+        # EMBEDDING_FILES of each (model, benchmark) of the job, model by model.
+        [
+            path
+            for files in zip(*map(embed_pattern, EMBEDDING_FILES.values()))
+            for path in files
+        ],
+    params:
+        models=embed_model_params,
+        benchmarks=embed_benchmarks,
+        # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the job:
+        # a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
+        pixel_cache_dir=PIXEL_CACHE_DIR,
+    # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give
+    # each GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
+    threads: config["embedding"]["threads"]
+    resources:
+        gpu=1,
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        EMBED_LOG,
+    benchmark:
+        EMBED_TIMINGS
+    script:
+        "../../scripts/embed.py"

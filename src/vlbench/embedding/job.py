@@ -10,6 +10,7 @@ model.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import platform
@@ -56,18 +57,34 @@ class EmbeddingJob:
 def run(job: EmbeddingJob, model: ModelOnce | None = None) -> dict[str, list[dict[str, Any]]]:
     """Embed (or reuse) every shard of every modality and gather the job's outputs; return
     each modality's shard records. `model`: one already made for another benchmark of the same
-    model (embedding.jobs: per_model), loaded at most once for all of them."""
+    model, loaded at most once for all of them."""
     torch.set_num_threads(job.settings.threads)
     model = model or ModelOnce(job.model, job.identity, job.settings.batch_size)
     return {modality: embed_modality(job, modality, model) for modality in MODALITY_ORDER}
 
 
-def run_benchmarks(jobs: Mapping[str, EmbeddingJob]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """One model's jobs on several benchmarks (embedding.jobs: per_model): the model is loaded
-    once, the first time a shard of any of them needs it; return each benchmark's records."""
-    first = next(iter(jobs.values()))
-    model = ModelOnce(first.model, first.identity, first.settings.batch_size)
-    return {benchmark: run(job, model) for benchmark, job in jobs.items()}
+def run_models(
+    jobs: Mapping[tuple[str, str], EmbeddingJob],
+) -> dict[tuple[str, str], dict[str, list[dict[str, Any]]]]:
+    """The (model, benchmark) pairs of one embed job (embedding.jobs), model by model: each
+    model is loaded once, the first time a shard of any of its benchmarks needs it, and let go
+    before the next; return each pair's records."""
+    results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for model_key in dict.fromkeys(model for model, _ in jobs):
+        pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
+        first = next(iter(pairs.values()))
+        model = ModelOnce(first.model, first.identity, first.settings.batch_size)
+        results.update({pair: run(job, model) for pair, job in pairs.items()})
+        del model
+        release_accelerator_memory()
+    return results
+
+
+def release_accelerator_memory() -> None:
+    """Give the memory of a model let go back to the device, before the next model loads."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def embed_modality(job: EmbeddingJob, modality: str, load: LoadModel) -> list[dict[str, Any]]:

@@ -10,8 +10,10 @@ Jobs that only read embedding matrices import this module, not the model stack.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +89,22 @@ class Shard:
 
 
 def plan_shards(modality: str, source: str | Path, shard_size: int) -> list[Shard]:
-    """Cut a prepared parquet into shards of at most `shard_size` rows, each with its digest."""
+    """Cut a prepared parquet into shards of at most `shard_size` rows, each with its digest.
+
+    Remembered per file version within a process: a job embedding several models on one
+    benchmark (embedding.jobs) reads and hashes the rows once."""
+    try:
+        stat = os.stat(source)
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    except OSError:
+        version = None  # the planner names the unreadable file
+    return list(_planned_shards(modality, Path(source), shard_size, version))
+
+
+@functools.cache
+def _planned_shards(
+    modality: str, source: Path, shard_size: int, version: tuple[int, int, int] | None
+) -> tuple[Shard, ...]:
     try:
         rows = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowInvalid) as exc:
@@ -96,10 +113,10 @@ def plan_shards(modality: str, source: str | Path, shard_size: int) -> list[Shar
         raise VlbenchError(f"{source}: no rows to embed")
     ranges = shard_ranges(rows, shard_size)
     digests = shard_digests(source, ranges)
-    return [
-        Shard(modality, Path(source), index, start, stop, digest)
+    return tuple(
+        Shard(modality, source, index, start, stop, digest)
         for index, ((start, stop), digest) in enumerate(zip(ranges, digests, strict=True))
-    ]
+    )
 
 
 @dataclass(frozen=True)
