@@ -209,30 +209,33 @@ def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
     assert set(readme_rows(section)) == set(schema_defaults(section))
 
 
-def test_run_time_keys_rerun_nothing_and_are_no_params() -> None:
+@pytest.mark.parametrize(
+    ("keys_of", "reruns", "bullet"),
+    [
+        (RUN_TIME_KEYS, "nothing", "- **nothing**:"),
+        (JOB_SHAPE_KEYS, "**job shape**", "- **job shape**:"),
+    ],
+)
+def test_keys_that_change_no_number_are_no_params_and_say_what_they_rerun(
+    keys_of: dict[str, tuple[str, ...]], reruns: str, bullet: str
+) -> None:
+    """Speed knobs rerun nothing; a key that only cuts the work into jobs reruns those jobs
+    once. Neither is a param, and config/README.md lists each in its rerun class."""
     filled = validate(minimal())
     text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
-    nothing = text.split("- **nothing**:", 1)[1].split("\n- ", 1)[0]
-    for section, keys in RUN_TIME_KEYS.items():
-        rows = readme_rows(section)
-        for key in keys:
-            assert key in schema_defaults(section), f"{section}.{key}"
-            assert rows[key][-1] == "nothing", f"{section}.{key}"
-            assert f"`{section}.{key}`" in nothing, f"{section}.{key}"
-        shape = JOB_SHAPE_KEYS.get(section, ())
-        assert set(result_keys(filled, section)) == set(filled[section]) - {*keys, *shape}
-    assert filled["prepare"] == {"threads": 2}
-
-
-def test_job_shape_keys_are_no_params_and_say_they_rerun_the_jobs_once() -> None:
-    """A key that only cuts the work into jobs is no param; its row says what switching reruns."""
-    filled = validate(minimal())
-    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
-    shape_bullet = text.split("- **job shape**:", 1)[1].split("\n- ", 1)[0]
-    for section, keys in JOB_SHAPE_KEYS.items():
+    listed = text.split(bullet, 1)[1].split("\n- ", 1)[0]
+    for section, keys in keys_of.items():
         rows = readme_rows(section)
         for key in keys:
             assert key in schema_defaults(section), f"{section}.{key}"
             assert key not in result_keys(filled, section), f"{section}.{key}"
-            assert rows[key][-1].startswith("**job shape**"), f"{section}.{key}"
-            assert f"`{section}.{key}`" in shape_bullet, f"{section}.{key}"
+            assert rows[key][-1] == reruns, f"{section}.{key}"
+            assert f"`{section}.{key}`" in listed, f"{section}.{key}"
+
+
+def test_result_keys_are_the_rest() -> None:
+    filled = validate(minimal())
+    for section in {*RUN_TIME_KEYS, *JOB_SHAPE_KEYS}:
+        neutral = {*RUN_TIME_KEYS.get(section, ()), *JOB_SHAPE_KEYS.get(section, ())}
+        assert set(result_keys(filled, section)) == set(filled[section]) - neutral
+    assert filled["prepare"] == {"threads": 2}
