@@ -148,3 +148,21 @@ def test_fewer_embed_jobs_load_each_model_once_with_the_same_bytes(
         assert other.read_bytes() != (demo_run / STEM / "image.npy").read_bytes()
     timings = workdir / "results" / "timings" / "embed"
     assert read_snakemake_benchmark(timings / f"{log_name}.tsv")["s"] > 0
+
+
+def test_switching_the_job_shape_reuses_every_stored_shard(demo_run: Path, tmp_path: Path) -> None:
+    """embedding.jobs changes no number: switching it runs the new embed job once, which
+    reuses every shard the old jobs stored and writes the same bytes."""
+    workdir = copy_of_run(demo_run, tmp_path)
+    config = workdir / "config.yaml"
+    settings = yaml.safe_load(config.read_text())
+    settings["embedding"]["jobs"] = "single"
+    config.write_text(yaml.safe_dump(settings))
+    targets = [f"{STEM}/{modality}.npy" for modality in ("image", "text")]
+    run_workflow(workdir, config, *targets, "--cores", "2")
+    log = (workdir / "logs" / "embed" / "every-model.log").read_text()
+    assert "tiny on demo image: 2 shard(s), 2 reused" in log
+    assert "tiny on demo text: 2 shard(s), 2 reused" in log
+    assert "model vlbench-tiny on " not in log  # every shard stored: no model loaded
+    for target in targets:
+        assert (workdir / target).read_bytes() == (demo_run / target).read_bytes(), target
