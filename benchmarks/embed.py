@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
+from vlbench.config import EMBED_JOB_SHAPES
 from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 from vlbench.embedding.encode import embed_rows
@@ -640,7 +641,7 @@ def main() -> None:
     parser.add_argument(
         "--embed-jobs",
         default="per_benchmark",
-        choices=["per_benchmark", "per_model", "single"],
+        choices=EMBED_JOB_SHAPES,
         help="(g): the workflow's embedding.jobs",
     )
     parser.add_argument(

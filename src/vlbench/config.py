@@ -26,8 +26,14 @@ RUN_TIME_KEYS: dict[str, tuple[str, ...]] = {
 # param either, but switching one renames the jobs, so Snakemake reruns those jobs once.
 JOB_SHAPE_KEYS: dict[str, tuple[str, ...]] = {"embedding": ("jobs",)}
 
-# The choices of `embedding.jobs` (workflow/rules/embed.smk defines the rules of each).
-EMBED_JOB_SHAPES: tuple[str, ...] = ("per_benchmark", "per_model", "single")
+# The choices of `embedding.jobs`, each with the wildcards its embed jobs take
+# (workflow/rules/embed.smk): one job per (model, benchmark), per model, or one in all.
+EMBED_JOB_WILDCARDS: dict[str, tuple[str, ...]] = {
+    "per_benchmark": ("model", "benchmark"),
+    "per_model": ("model",),
+    "single": (),
+}
+EMBED_JOB_SHAPES: tuple[str, ...] = tuple(EMBED_JOB_WILDCARDS)
 
 
 def result_keys(config: Mapping[str, Any], section: str) -> dict[str, Any]:

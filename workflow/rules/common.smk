@@ -8,7 +8,7 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from vlbench.config import pick, result_keys, source_kind
+from vlbench.config import EMBED_JOB_WILDCARDS, pick, result_keys, source_kind
 from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
@@ -212,15 +212,9 @@ def embedding_identity(model):
     }
 
 
-# embedding.jobs decides which wildcards (model, benchmark) the embed jobs take, as follows.
-# per_benchmark both (one job per model and benchmark), per_model the model only (one job per
-# model over every benchmark), single neither (one job: every model on every benchmark).
-EMBED_JOBS = config["embedding"]["jobs"]
-EMBED_WILDCARDS = {
-    "per_benchmark": ("model", "benchmark"),
-    "per_model": ("model",),
-    "single": (),
-}[EMBED_JOBS]
+# embedding.jobs decides which wildcards (model, benchmark) the embed jobs take, as listed in
+# vlbench.config.EMBED_JOB_WILDCARDS.
+EMBED_WILDCARDS = EMBED_JOB_WILDCARDS[config["embedding"]["jobs"]]
 
 
 def embed_pattern(pattern):

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vlbench.config import JOB_SHAPE_KEYS, RUN_TIME_KEYS, schema_defaults
+from vlbench.config import RUN_TIME_KEYS, schema_defaults
 from vlbench.paths import PIXEL_CACHE_DIR
 
 
@@ -45,10 +45,5 @@ class EmbedSettings:
 
 def result_settings(settings: EmbedSettings) -> dict[str, Any]:
     """The settings that can change an embedding's numbers (not speed knobs, not paths)."""
-    speed = (
-        *RUN_TIME_KEYS["embedding"],
-        *JOB_SHAPE_KEYS["embedding"],
-        "benchmark",
-        "pixel_cache_dir",
-    )
+    speed = (*RUN_TIME_KEYS["embedding"], "benchmark", "pixel_cache_dir")
     return {key: value for key, value in asdict(settings).items() if key not in speed}
