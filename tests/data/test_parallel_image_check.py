@@ -18,6 +18,7 @@ from vlbench.data.sources import writer
 from vlbench.data.sources.image_check import decode_error
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.data.synthetic import synthetic_table
+from vlbench.embedding.loader import decode_image
 from vlbench.errors import VlbenchError
 
 OUTPUTS = ("images.parquet", "texts.parquet", "qrels.parquet", "candidates.parquet")
@@ -95,7 +96,7 @@ def test_threads_write_the_same_files_as_one_thread(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("small_windows")
-def test_the_fail_policy_names_the_same_images_on_any_thread_count(tmp_path: Path) -> None:
+def test_the_fail_policy_names_the_images_whose_header_is_unreadable(tmp_path: Path) -> None:
     write_repo(tmp_path / "repo")
     messages = []
     for threads in (1, 4):
@@ -104,11 +105,45 @@ def test_the_fail_policy_names_the_same_images_on_any_thread_count(tmp_path: Pat
         messages.append(str(info.value))
         assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert messages[0] == messages[1]
+    # Row 13 is a truncated JPEG with a whole header: under `fail` the embedding job's decode
+    # finds it (test_a_truncated_image_passes_prepare_and_fails_the_decode_naming_it).
     assert messages[0] == (
-        "benchmarks.b: 7 image(s) cannot be read or decoded, e.g. '0' (OSError: Truncated File "
+        "benchmarks.b: 6 image(s) cannot be read or decoded, e.g. '0' (OSError: Truncated File "
         "Read); '5' (no bytes); '6' (no bytes) (set image_policy: skip to leave them out and "
         "record them)"
     )
+
+
+def test_a_truncated_image_passes_prepare_and_fails_the_decode_naming_it(
+    tmp_path: Path,
+) -> None:
+    table = synthetic_table(6, seed=3)
+    images = table.column("image").to_pylist()
+    images[4] = {"bytes": TRUNCATED, "path": "c.jpg"}
+    index = table.schema.get_field_index("image")
+    table = table.set_column(
+        index, table.schema.field(index), pa.array(images, table.schema.field(index).type)
+    )
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "repo" / "data" / "test-00000-of-00001.parquet")
+
+    meta = prepare(tmp_path / "repo", tmp_path / "out", threads=2)
+    assert (meta["image_check"], meta["n_images"], meta["n_skipped_images"]) == ("header", 6, 0)
+    stored = pq.read_table(tmp_path / "out" / "images.parquet").column("image").to_pylist()
+    assert stored[4] == TRUNCATED
+    with pytest.raises(VlbenchError) as info:
+        decode_image(stored[4], "4", tmp_path / "out" / "images.parquet")
+    assert str(info.value).startswith(
+        f"{tmp_path / 'out' / 'images.parquet'}: image '4' cannot be decoded (image file is "
+        "truncated"
+    )
+    assert str(info.value).endswith(
+        "the benchmark's image_policy: skip leaves out the images that do not decode"
+    )
+
+    skipped = prepare(tmp_path / "repo", tmp_path / "skip", threads=2, image_policy="skip")
+    assert (skipped["image_check"], skipped["n_images"]) == ("decode", 5)
+    assert skipped["skipped_images"][0]["image_id"] == "4"
 
 
 def unreadable() -> bytes:

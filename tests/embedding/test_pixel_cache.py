@@ -72,6 +72,29 @@ def test_cached_pixels_equal_the_model_preprocess_bitwise(
         assert torch.equal(pipeline.to_model_input(pixels)[0], expected)
 
 
+def test_a_reused_input_buffer_holds_exactly_a_fresh_conversion(
+    images_file: tuple[Path, list[bytes]],
+) -> None:
+    _, images = images_file
+    model = tiny_model()
+    pipeline = ImagePipeline.from_model(model)
+    batches = [
+        torch.from_numpy(
+            np.stack([pipeline.to_pixels(Image.open(io.BytesIO(data)).convert("RGB"))] * 2)
+        )
+        for data in images[:3]
+    ]
+    first = pipeline.to_model_input(batches[0])
+    second = pipeline.to_model_input(batches[1], reuse=first)
+    assert second.data_ptr() == first.data_ptr()  # written in place
+    assert torch.equal(second, pipeline.to_model_input(batches[1]))
+    expected = model.preprocess(Image.open(io.BytesIO(images[1])).convert("RGB"))
+    assert torch.equal(second[1], expected)
+    smaller = pipeline.to_model_input(batches[2][:1], reuse=second)
+    assert smaller.data_ptr() != second.data_ptr() and smaller.shape[0] == 1
+    assert torch.equal(smaller, pipeline.to_model_input(batches[2][:1]))
+
+
 def test_embeddings_through_cache_equal_reference_bitwise(
     images_file: tuple[Path, list[bytes]], tmp_path: Path
 ) -> None:

@@ -34,6 +34,22 @@ def test_t_interval_is_the_notebook_formula() -> None:
     assert (low, high) == pytest.approx((mean - half, mean + half))
 
 
+@pytest.mark.parametrize("size", [2, 3, 8, 1000, 5000])
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_t_interval_equals_scipy_stats_bit_for_bit(size: int, confidence: float) -> None:
+    values = (np.random.default_rng(size).random(size) < 0.4).astype(float)
+    values[0], values[-1] = 0.0, 1.0  # never all equal
+    expected = stats.t.interval(
+        confidence, size - 1, loc=values.mean(), scale=stats.sem(values)
+    )
+    assert t_interval(values, confidence) == tuple(float(bound) for bound in expected)
+
+
+def test_t_interval_of_equal_or_single_outcomes_is_the_point() -> None:
+    assert t_interval(np.ones(5)) == (1.0, 1.0)
+    assert t_interval(np.array([0.25])) == (0.25, 0.25)
+
+
 def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
     values = np.random.default_rng(0).random(500)
     first = bootstrap_interval(values, samples=300, seed=3)

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 
 IMAGES_SCHEMA = pa.schema(
     [("image_id", pa.string()), ("image", pa.binary()), ("group", pa.string())]
@@ -79,7 +80,7 @@ def read_table(path: str | Path, schema: pa.Schema, columns: list[str] | None = 
         raise VlbenchError(
             f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(file_schema.names)})"
         )
-    return pq.read_table(path, columns=wanted)
+    return read_parquet(path, columns=wanted)
 
 
 def read_ids(path: str | Path, modality: str) -> np.ndarray:

@@ -59,8 +59,8 @@ def prepare_benchmark(
 
     `settings` are the benchmark's protocol options (text_type, templates, prompt_prefix,
     image_policy, decode: the config's override of the format's decode policy). `threads`
-    images are checked for decodability at once (the job's Snakemake threads, config key
-    prepare.threads); the output does not depend on it.
+    images are decoded at once to check them under image_policy: skip (the job's Snakemake
+    threads, config key prepare.threads); the output does not depend on it.
     Returns the benchmark.json content.
     """
     settings = settings or {}

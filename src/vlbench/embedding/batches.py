@@ -61,9 +61,11 @@ def image_batches(
 def _cached_batches(
     pipeline: ImagePipeline, pixels: np.ndarray, batch_size: int
 ) -> Iterator[torch.Tensor]:
+    inputs = None  # one float32 buffer for every batch: each is consumed before the next
     for begin in range(0, len(pixels), batch_size):
         batch = np.array(pixels[begin : begin + batch_size])
-        yield pipeline.to_model_input(torch.from_numpy(batch))
+        inputs = pipeline.to_model_input(torch.from_numpy(batch), reuse=inputs)
+        yield inputs
 
 
 class _Decode:
@@ -89,6 +91,7 @@ class _Decode:
         chunks = stream_image_chunks(dataset, settings.decode_workers, self.pin)
         writer = PixelShardWriter(cache, shard.start, shard.stop) if cache is not None else None
         success = False
+        inputs = None  # one float32 buffer for every batch, as in _cached_batches
         try:
             for item in rebatch(chunks, settings.batch_size):
                 if "inputs" in item:
@@ -96,7 +99,8 @@ class _Decode:
                     continue
                 if writer is not None:
                     writer.append(item["pixels"].numpy())
-                yield pipeline.to_model_input(item["pixels"])
+                inputs = pipeline.to_model_input(item["pixels"], reuse=inputs)
+                yield inputs
             success = True
         finally:
             # Stop the decode workers now, not when the garbage collector gets to them: they

@@ -91,7 +91,10 @@ def decode_image(
             # Closing the file releases the pixels of `image`: keep a copy of its own.
             return decoded if decoded is not image else image.copy()
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise VlbenchError(f"{source}: image {image_id!r} cannot be decoded ({exc})") from exc
+        raise VlbenchError(
+            f"{source}: image {image_id!r} cannot be decoded ({exc}); the benchmark's "
+            "image_policy: skip leaves out the images that do not decode"
+        ) from exc
 
 
 class ImageChunks(torch.utils.data.Dataset):

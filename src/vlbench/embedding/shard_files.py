@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
 from vlbench.data.decode_policy import LEGACY, policy_of_metadata
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 
 IDS_SCHEMA = pa.schema([("id", pa.string())])
 STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -190,9 +191,7 @@ class ShardStore:
 
 def read_embedding_ids(ids_path: str | Path) -> np.ndarray:
     """The row ids of an embedding matrix (its `.ids.parquet`), in row order."""
-    return np.asarray(
-        pq.read_table(ids_path, columns=["id"]).column("id").to_pylist(), dtype=object
-    )
+    return np.asarray(read_parquet(ids_path, columns=["id"]).column("id").to_pylist(), dtype=object)
 
 
 def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +234,7 @@ def gather_shards(
     rows = sum(shape[0] for shape in shapes)
     with atomic_path(out.ids) as tmp, pq.ParquetWriter(tmp, IDS_SCHEMA) as writer:
         for files, shape in zip(shards, shapes, strict=True):
-            ids = pq.read_table(files.ids)
+            ids = read_parquet(files.ids)
             if ids.num_rows != shape[0]:
                 raise VlbenchError(
                     f"{files.ids}: {ids.num_rows} ids for {shape[0]} rows in {files.embeddings}"
@@ -254,7 +253,7 @@ def gather_shards(
             matrix[row : row + len(shard)] = shard
             row += len(shard)
         if records[0].get("modality") == "text" and len(shards) > 1:
-            ids = pq.read_table(out.ids).column("id").to_pylist()
+            ids = read_parquet(out.ids).column("id").to_pylist()
             unified = unify_duplicate_texts(matrix, records[0]["source"], ids)
         matrix.flush()
         del matrix
@@ -274,7 +273,7 @@ def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[
     tower's output depends on its batch in the last bits. After this, identical texts have
     identical rows across the whole benchmark, so the exact tie policies hold by construction.
     """
-    table = pq.read_table(source)
+    table = read_parquet(source)
     id_column, text_column = table.column_names[:2]
     if table.column(id_column).to_pylist() != list(ids):
         raise VlbenchError(f"{source}: its text ids are not those of the gathered shards")

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot import SHORT_MARGIN, FewShotResult, fewshot_folds
 from vlbench.metrics.job import write_csv
 from vlbench.metrics.rows import METRIC_COLUMNS
 from vlbench.metrics.statistics import indistinguishable_from_chance, t_interval
+from vlbench.parquet_files import read_parquet
 from vlbench.rank.protocol_ranks import normalise_rows
 
 FEWSHOT_METRIC = "fewshot_accuracy"
@@ -100,7 +100,7 @@ def classes_in_file_order(
 ) -> tuple[np.ndarray, list[str]]:
     """The embedding rows reordered to the prepared images file's row order (the source's
     sample order), with each image's class."""
-    table = pq.read_table(images_path, columns=["image_id", "group"])
+    table = read_parquet(images_path, columns=["image_id", "group"])
     file_ids = table.column("image_id").to_pylist()
     groups = table.column("group").to_pylist()
     position = {item: row for row, item in enumerate(ids.tolist())}

@@ -14,19 +14,24 @@ _CHUNK = 64
 def t_interval(outcomes: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
     """Student-t interval of the mean, as the BioMedFlickr notebook computes it.
 
-    ``scipy.stats.t.interval(confidence, n - 1, loc=mean, scale=sem)``; a zero standard error
-    (every outcome equal) or a single query gives the point estimate as both bounds.
+    ``scipy.stats.t.interval(confidence, n - 1, loc=mean, scale=sem)``, computed as that
+    function does (the t quantiles of (1 -/+ confidence) / 2, times ``stats.sem``, plus the
+    mean) from `scipy.special.stdtrit`, so that a job does not import `scipy.stats` (about
+    0.5 s); a zero standard error (every outcome equal) or a single query gives the point
+    estimate as both bounds.
     """
-    from scipy import stats  # imported here: ranking jobs import this module but never need it
+    from scipy.special import stdtrit  # imported here: ranking jobs never need it
 
     values = np.asarray(outcomes, dtype=np.float64)
     mean = float(values.mean())
     if len(values) < 2:
         return mean, mean
-    sem = float(stats.sem(values))
+    sem = float(np.std(values, ddof=1) / np.sqrt(len(values)))
     if sem == 0.0:
         return mean, mean
-    low, high = stats.t.interval(confidence, len(values) - 1, loc=mean, scale=sem)
+    degrees = len(values) - 1
+    low = stdtrit(degrees, (1.0 - confidence) / 2.0) * sem + mean
+    high = stdtrit(degrees, (1.0 + confidence) / 2.0) * sem + mean
     return float(low), float(high)
 
 

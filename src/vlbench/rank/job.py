@@ -12,6 +12,7 @@ from vlbench.atomic import atomic_path
 from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_qrels
 from vlbench.embedding.shard_files import load_embeddings
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
 from vlbench.protocols import protocol as protocol_record
@@ -26,7 +27,7 @@ def read_groups(canonical_path: str | Path, modality: str, ids: np.ndarray) -> n
     if "group" not in schema.names:
         return None
     id_column = ID_COLUMNS[modality]
-    table = pq.read_table(canonical_path, columns=[id_column, "group"])
+    table = read_parquet(canonical_path, columns=[id_column, "group"])
     lookup = dict(
         zip(table.column(id_column).to_pylist(), table.column("group").to_pylist(), strict=True)
     )
@@ -75,7 +76,7 @@ def rank_direction(
     data_dir = Path(data_dir)
     query_vectors, query_ids = load_embeddings(queries_npy, query_ids_path)
     gallery_vectors = read_index_vectors(index_path)
-    gallery_ids = np.asarray(pq.read_table(gallery_ids_path).column("id").to_pylist(), dtype=object)
+    gallery_ids = np.asarray(read_parquet(gallery_ids_path).column("id").to_pylist(), dtype=object)
     if len(gallery_ids) != len(gallery_vectors):
         raise VlbenchError(
             f"{index_path}: {len(gallery_vectors)} vectors but {len(gallery_ids)} ids in "

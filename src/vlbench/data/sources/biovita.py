@@ -37,6 +37,7 @@ from vlbench.data.sources.hf_parquet import (
 )
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 
 SUBSETS = ("unseen_species", "unseen_genus")
 LINKS = {
@@ -86,7 +87,7 @@ class _Repo:
     def rows(self, part: str, columns: tuple[str, ...]) -> list[tuple[Path, list[dict]]]:
         """(file, rows) of a part, reading only `columns`."""
         return [
-            (path, pq.read_table(path, columns=list(columns)).to_pylist())
+            (path, read_parquet(path, columns=list(columns)).to_pylist())
             for path in self.files(part)
         ]
 
@@ -161,9 +162,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     queries = [
         row
         for path in query_files
-        for row in pq.read_table(
-            path, columns=["id", "correct_taxon", "candidate_taxa"]
-        ).to_pylist()
+        for row in read_parquet(path, columns=["id", "correct_taxon", "candidate_taxa"]).to_pylist()
     ]
     candidates, counts = _query_candidates(
         repo, "image", queries, {text_id: taxon for text_id, _, taxon in texts}
@@ -184,7 +183,7 @@ def load_t2i(
     taxon_of = {
         str(row["id"]): row["taxon"]
         for path in corpus_files
-        for row in pq.read_table(path, columns=["id", "taxon"]).to_pylist()
+        for row in read_parquet(path, columns=["id", "taxon"]).to_pylist()
     }
     queries, texts = [], []
     for path, rows in repo.rows("queries", PARTS["text"]["queries"]):

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 
 BATCH_ROWS = 256
 
@@ -68,7 +69,7 @@ def read_paired_files(files: list[Path], caption_column: str = "caption") -> Sou
         check_columns(path, schema, ("image", caption_column), "the paired protocol")
         check_image_struct(path, schema, "image")
     for path in files:
-        column = pq.read_table(path, columns=[caption_column]).column(caption_column)
+        column = read_parquet(path, columns=[caption_column]).column(caption_column)
         for number, value in enumerate(column.to_pylist()):
             caption = text_value(value, path, caption_column, number, "caption")
             texts.append((str(len(texts)), caption, None))

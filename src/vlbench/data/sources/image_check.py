@@ -1,4 +1,5 @@
-"""Decide whether encoded image bytes decode, cheaply (reduced-size JPEG draft when possible)."""
+"""Decide whether encoded image bytes are an image: by their header alone, or by decoding them
+(cheaply: a reduced-size JPEG draft when possible)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,24 @@ STREAM_REPR = re.compile(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
 DRAFT_SIZE = (64, 64)
 
 
+def _reason(exc: Exception) -> str:
+    """The first line of a PIL error, without the stream's address."""
+    return STREAM_REPR.sub("the image bytes", f"{type(exc).__name__}: {exc}").splitlines()[0][:200]
+
+
+def header_error(data: bytes) -> str | None:
+    """None when `data` opens as an image PIL reads (format and size identified from the
+    header; the pixels are not decoded), else a short reason."""
+    if not data:
+        return "no bytes"
+    try:
+        with Image.open(io.BytesIO(data)):
+            pass
+    except Exception as exc:  # PIL raises many types for corrupt data
+        return _reason(exc)
+    return None
+
+
 def decode_error(data: bytes) -> str | None:
     """None when `data` decodes as an image, else a short reason."""
     if not data:
@@ -24,6 +43,5 @@ def decode_error(data: bytes) -> str | None:
                 image.draft("RGB", DRAFT_SIZE)
             image.load()
     except Exception as exc:  # PIL raises many types for corrupt data
-        reason = STREAM_REPR.sub("the image bytes", f"{type(exc).__name__}: {exc}")
-        return reason.splitlines()[0][:200]
+        return _reason(exc)
     return None

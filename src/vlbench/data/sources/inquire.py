@@ -18,6 +18,7 @@ from vlbench.data.sources.hf_parquet import (
 )
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.errors import VlbenchError
+from vlbench.parquet_files import read_parquet
 
 COLUMNS = ("image", "query", "relevant", "inat24_image_id", "supercategory")
 
@@ -37,7 +38,7 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     lists: dict[str, list[str]] = {}
     qrels: list[tuple[str, str, int]] = []
     for path in files:
-        rows = pq.read_table(path, columns=list(COLUMNS[1:])).to_pylist()
+        rows = read_parquet(path, columns=list(COLUMNS[1:])).to_pylist()
         for number, row in enumerate(rows):
             query = text_value(row["query"], path, "query", number, "query")
             query_id = query_ids.setdefault(query, f"q{len(query_ids):04d}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, policy_metadata
-from vlbench.data.sources.image_check import decode_error
+from vlbench.data.sources.image_check import decode_error, header_error
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.data.sources.validate import (
     check_candidates,
@@ -30,7 +30,16 @@ from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import protocol as protocol_record
 
 ROW_GROUP_ROWS = 256
-IMAGE_POLICIES = ("fail", "skip")
+# How each image policy checks images while preparing. `skip` must know which images decode, so
+# it decodes each one (a reduced-size draft where possible); under `fail` prepare reads only
+# each image's header and the embedding job's decode, the one the models see, is the check: an
+# image that does not decode fails it naming the image (vlbench.embedding.loader.decode_image).
+# So the default path decodes every image once, not twice.
+IMAGE_CHECKS: dict[str, tuple[str, Callable[[bytes], str | None]]] = {
+    "fail": ("header", header_error),
+    "skip": ("decode", decode_error),
+}
+IMAGE_POLICIES = tuple(IMAGE_CHECKS)
 # Images read ahead and checked per thread: enough to keep the threads busy while the source
 # reads a batch or a row group is written (bursts of ~0.2 s), few enough that only a small
 # window of encoded images is held besides the row group being filled. The window also stops
@@ -63,8 +72,10 @@ def _read_images(data: SourceData, where: str, seen: set[str]) -> Iterator[Check
         yield record, encoded, None
 
 
-def _decode_checked(images: Iterator[Checked], threads: int) -> Iterator[Checked]:
-    """`images` in the same order, each readable one checked for decodability.
+def _decode_checked(
+    images: Iterator[Checked], threads: int, check: Callable[[bytes], str | None] = decode_error
+) -> Iterator[Checked]:
+    """`images` in the same order, each readable one checked (`check`: its reason, or None).
 
     With more than one thread, the images are decoded in a thread pool (PIL releases the GIL
     while decoding) while the caller reads and writes; at most CHECK_WINDOW_PER_THREAD images
@@ -72,7 +83,7 @@ def _decode_checked(images: Iterator[Checked], threads: int) -> Iterator[Checked
     """
     if threads <= 1:
         for record, encoded, reason in images:
-            yield record, encoded, reason or decode_error(encoded)
+            yield record, encoded, reason or check(encoded)
         return
     window: deque[tuple[ImageRecord, bytes, str | None, Future[str | None] | None]] = deque()
     held = 0  # encoded bytes in the window
@@ -86,8 +97,8 @@ def _decode_checked(images: Iterator[Checked], threads: int) -> Iterator[Checked
     pool = ThreadPoolExecutor(threads, thread_name_prefix="decode-check")
     try:
         for record, encoded, reason in images:
-            check = None if reason else pool.submit(decode_error, encoded)
-            window.append((record, encoded, reason, check))
+            future = None if reason else pool.submit(check, encoded)
+            window.append((record, encoded, reason, future))
             held += len(encoded)
             while len(window) >= threads * CHECK_WINDOW_PER_THREAD or (
                 held >= CHECK_WINDOW_BYTES and len(window) > threads
@@ -105,11 +116,13 @@ def _stream_images(
     where: str,
     threads: int = 1,
     schema: pa.Schema = IMAGES_SCHEMA,
+    check: Callable[[bytes], str | None] = decode_error,
 ) -> tuple[int, list[tuple[str, str]], list[str]]:
-    """Write decodable images in row groups; return (seen, [(bad id, reason)], written ids).
+    """Write the images that pass `check` in row groups; return (seen, [(bad id, reason)],
+    written ids).
 
-    `threads` images are checked for decodability at once; the order, the ids and the reasons
-    are those of a one-thread check.
+    `threads` images are checked at once; the order, the ids and the reasons are those of a
+    one-thread check.
     """
     seen: set[str] = set()
     bad: list[tuple[str, str]] = []
@@ -122,7 +135,7 @@ def _stream_images(
             for column in batch.values():
                 column.clear()
 
-    checked = _decode_checked(_read_images(data, where, seen), threads)
+    checked = _decode_checked(_read_images(data, where, seen), threads, check)
     with contextlib.closing(checked):
         for record, encoded, reason in checked:
             if reason:
@@ -195,11 +208,12 @@ def write_canonical(
     `decode` (how the embedding jobs decode the images) is recorded in the images file's
     schema metadata and in benchmark.json.
 
-    Undecodable images fail the run (policy "fail") or are left out and recorded ("skip").
+    Unreadable images fail the run (policy "fail") or are left out and recorded ("skip");
+    IMAGE_CHECKS says how each policy checks them.
     `expected` holds row counts known for the pinned source ("images", "texts"), compared
     with what the source holds before anything is skipped. Nothing appears under `out_dir`
-    unless every check passes. `threads` images are checked for decodability at once (the
-    output does not depend on it). Returns the benchmark.json content.
+    unless every check passes. `threads` images are decoded at once by the check of
+    `skip` (the output does not depend on it). Returns the benchmark.json content.
     """
     if image_policy not in IMAGE_POLICIES:
         raise VlbenchError(f"{where}: image_policy must be one of {', '.join(IMAGE_POLICIES)}")
@@ -209,8 +223,11 @@ def write_canonical(
     with contextlib.ExitStack() as stack:
         images_tmp = stack.enter_context(atomic_path(out_dir / MODALITY_FILES["image"]))
         schema = IMAGES_SCHEMA.with_metadata(policy_metadata(decode))
+        check_name, check = IMAGE_CHECKS[image_policy]
         with pq.ParquetWriter(images_tmp, schema, **IMAGE_WRITE_OPTIONS) as writer:
-            n_source, bad, written = _stream_images(data, writer, where, threads, schema)
+            n_source, bad, written = _stream_images(
+                data, writer, where, threads if check is decode_error else 1, schema, check
+            )
         if n_source == 0:
             raise VlbenchError(f"{where}: the benchmark has no images")
         check_count(n_source, expected.get("images"), "images", where)
@@ -262,6 +279,7 @@ def write_canonical(
             **data.info,
             "protocol": protocol,
             "image_policy": image_policy,
+            "image_check": check_name,
             "decode_policy": decode.as_dict(),
             "n_source_images": n_source,
             "n_images": len(written),
