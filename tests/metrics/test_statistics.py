@@ -39,9 +39,7 @@ def test_t_interval_is_the_notebook_formula() -> None:
 def test_t_interval_equals_scipy_stats_bit_for_bit(size: int, confidence: float) -> None:
     values = (np.random.default_rng(size).random(size) < 0.4).astype(float)
     values[0], values[-1] = 0.0, 1.0  # never all equal
-    expected = stats.t.interval(
-        confidence, size - 1, loc=values.mean(), scale=stats.sem(values)
-    )
+    expected = stats.t.interval(confidence, size - 1, loc=values.mean(), scale=stats.sem(values))
     assert t_interval(values, confidence) == tuple(float(bound) for bound in expected)
 
 
