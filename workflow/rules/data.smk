@@ -32,8 +32,8 @@ rule prepare_benchmark:
         ),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
         source_files=source_files_fingerprint,
-    # Threads that check images for decodability; a speed knob read from the config, not a
-    # param, so changing it reruns nothing (vlbench.config.RUN_TIME_KEYS).
+    # Threads that decode images to check them (image_policy: skip); a speed knob read from
+    # the config, not a param, so changing it reruns nothing (vlbench.config.RUN_TIME_KEYS).
     threads: config["prepare"]["threads"]
     conda:
         "../../envs/vlbench.yaml"

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
+from vlbench.data.canonical import read_parquet
 from vlbench.data.decode_policy import LEGACY, policy_of_metadata
 from vlbench.errors import VlbenchError
-from vlbench.parquet_files import read_parquet
 
 IDS_SCHEMA = pa.schema([("id", pa.string())])
 STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from vlbench.data.canonical import read_parquet
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot import SHORT_MARGIN, FewShotResult, fewshot_folds
 from vlbench.metrics.job import write_csv
 from vlbench.metrics.rows import METRIC_COLUMNS
 from vlbench.metrics.statistics import indistinguishable_from_chance, t_interval
-from vlbench.parquet_files import read_parquet
 from vlbench.rank.protocol_ranks import normalise_rows
 
 FEWSHOT_METRIC = "fewshot_accuracy"

@@ -9,10 +9,9 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
-from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_qrels
+from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_parquet, read_qrels
 from vlbench.embedding.shard_files import load_embeddings
 from vlbench.errors import VlbenchError
-from vlbench.parquet_files import read_parquet
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
 from vlbench.protocols import protocol as protocol_record

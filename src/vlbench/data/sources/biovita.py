@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from vlbench.data.canonical import read_parquet
 from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.hf_parquet import (
     check_columns,
@@ -37,7 +38,6 @@ from vlbench.data.sources.hf_parquet import (
 )
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.errors import VlbenchError
-from vlbench.parquet_files import read_parquet
 
 SUBSETS = ("unseen_species", "unseen_genus")
 LINKS = {

@@ -9,10 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vlbench.data.canonical import read_parquet
 from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
-from vlbench.parquet_files import read_parquet
 
 BATCH_ROWS = 256
 

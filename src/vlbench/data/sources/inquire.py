@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from vlbench.data.canonical import read_parquet
 from vlbench.data.hub_layout import split_files
 from vlbench.data.sources.hf_parquet import (
     check_columns,
@@ -18,7 +19,6 @@ from vlbench.data.sources.hf_parquet import (
 )
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
 from vlbench.errors import VlbenchError
-from vlbench.parquet_files import read_parquet
 
 COLUMNS = ("image", "query", "relevant", "inat24_image_id", "supercategory")
 
