@@ -65,6 +65,19 @@ CANDIDATES_SCHEMA = pa.schema(
 ID_COLUMNS = {"image": "image_id", "text": "text_id"}
 
 
+# Rows of encoded images turned into Python objects at once when a file is streamed: a few
+# megabytes, so the buffers are reused from batch to batch instead of fresh ones faulted in.
+IMAGE_BATCH_ROWS = 32
+
+
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """A parquet file opened memory-mapped: its column chunks are read in place from the page
+    cache, not copied into freshly allocated memory first (streaming a 424 MB images file:
+    0.2 s instead of 1.3-3.1 s on a VM, where every fresh page is costly). The files read
+    this way are never rewritten in place (sources are pinned, outputs replaced by rename)."""
+    return pq.ParquetFile(path, memory_map=True)
+
+
 def read_parquet(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """The table of one parquet file, all columns or `columns` (in that order).
 
@@ -72,7 +85,7 @@ def read_parquet(path: str | Path, columns: Sequence[str] | None = None) -> pa.T
     pandas (about 0.3 s per job); each file read here is one parquet file, which
     `ParquetFile.read` reads the same way.
     """
-    with pq.ParquetFile(path) as parquet:
+    with open_parquet(path) as parquet:
         return parquet.read(columns=list(columns) if columns is not None else None)
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import torch
 from PIL import ExifTags, Image, ImageOps
 
+from vlbench.data.canonical import open_parquet
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.errors import VlbenchError
@@ -129,7 +130,7 @@ class ImageChunks(torch.utils.data.Dataset):
     def _row_group(self, group: int) -> pa.Table:
         if self._group is None or self._group[0] != group:
             if self._parquet is None:
-                self._parquet = pq.ParquetFile(self.source)
+                self._parquet = open_parquet(self.source)
             self._group = None
             table = self._parquet.read_row_group(group, columns=[self.id_column, "image"])
             self._group = (group, table)

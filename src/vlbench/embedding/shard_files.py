@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_text
-from vlbench.data.canonical import read_parquet
+from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.decode_policy import LEGACY, policy_of_metadata
 from vlbench.errors import VlbenchError
 
@@ -51,7 +51,7 @@ def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list
 
     A shard whose digest is unchanged embeds to the same numbers, so a rerun can keep it.
     """
-    parquet = pq.ParquetFile(source)
+    parquet = open_parquet(source)
     id_column, payload_column = parquet.schema_arrow.names[:2]
     digests = [hashlib.sha256() for _ in ranges]
     # An images file's decode policy changes its pixels: a non-legacy one is part of the digest
@@ -61,7 +61,8 @@ def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list
         for digest in digests:
             digest.update(json.dumps({"decode": policy.as_dict()}, sort_keys=True).encode())
     row, shard = 0, 0
-    for batch in parquet.iter_batches(batch_size=256, columns=[id_column, payload_column]):
+    columns = [id_column, payload_column]
+    for batch in parquet.iter_batches(batch_size=IMAGE_BATCH_ROWS, columns=columns):
         for item_id, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             while row >= ranges[shard][1]:
                 shard += 1

@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from vlbench.data.canonical import read_parquet
+from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.hf_parquet import (
     check_columns,
@@ -136,8 +136,8 @@ def _query_candidates(
 def _images(files: list[Path], id_column: str, group_column: str) -> Iterator[ImageRecord]:
     """The images of a config, streamed in file order, grouped by their taxon column."""
     for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(
-            batch_size=64, columns=["image", id_column, group_column]
+        for batch in open_parquet(path).iter_batches(
+            batch_size=IMAGE_BATCH_ROWS, columns=["image", id_column, group_column]
         ):
             for image, item_id, taxon in zip(
                 batch.column("image").to_pylist(),

@@ -9,12 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlbench.data.canonical import read_parquet
+from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.records import ImageRecord, SourceData
 from vlbench.errors import VlbenchError
-
-BATCH_ROWS = 256
 
 
 def check_image_struct(path: Path, schema: pa.Schema, column: str) -> None:
@@ -77,9 +75,9 @@ def read_paired_files(files: list[Path], caption_column: str = "caption") -> Sou
     def images() -> Iterator[ImageRecord]:
         offset = 0  # the id: the row number over all files; messages name the file's own row
         for path in files:
-            source = pq.ParquetFile(path)
+            source = open_parquet(path)
             row = 0
-            for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=["image"]):
+            for batch in source.iter_batches(batch_size=IMAGE_BATCH_ROWS, columns=["image"]):
                 for value in batch.column("image").to_pylist():
                     yield ImageRecord(str(offset), image_bytes(value), None, f"{path}: row {row}")
                     offset += 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from vlbench.data.canonical import read_parquet
+from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.hub_layout import split_files
 from vlbench.data.sources.hf_parquet import (
     check_columns,
@@ -62,8 +62,10 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     def images() -> Iterator[ImageRecord]:
         seen: set[str] = set()
         for path in files:
-            parquet = pq.ParquetFile(path)
-            for batch in parquet.iter_batches(batch_size=64, columns=["image", "inat24_image_id"]):
+            parquet = open_parquet(path)
+            for batch in parquet.iter_batches(
+                batch_size=IMAGE_BATCH_ROWS, columns=["image", "inat24_image_id"]
+            ):
                 for image, image_id in zip(
                     batch.column("image").to_pylist(),
                     batch.column("inat24_image_id").to_pylist(),

@@ -14,7 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
-from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
+from vlbench.data.canonical import (
+    CANDIDATES_SCHEMA,
+    IMAGE_BATCH_ROWS,
+    IMAGES_SCHEMA,
+    QRELS_SCHEMA,
+    TEXTS_SCHEMA,
+)
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, policy_metadata
 from vlbench.data.sources.image_check import decode_error, header_error
 from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
@@ -128,12 +134,21 @@ def _stream_images(
     bad: list[tuple[str, str]] = []
     written: list[str] = []
     batch: dict[str, list[Any]] = {"image_id": [], "image": [], "group": []}
+    # A row group is written from small tables of IMAGE_BATCH_ROWS rows each (a chunked table,
+    # not one contiguous copy of the whole row group's images), so memory is reused as it goes.
+    pending: list[pa.Table] = []
 
-    def flush() -> None:
+    def convert() -> None:
         if batch["image_id"]:
-            writer.write_table(pa.table(batch, schema=schema), row_group_size=ROW_GROUP_ROWS)
+            pending.append(pa.table(batch, schema=schema))
             for column in batch.values():
                 column.clear()
+
+    def flush() -> None:
+        convert()
+        if pending:
+            writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+            pending.clear()
 
     checked = _decode_checked(_read_images(data, where, seen), threads, check)
     with contextlib.closing(checked):
@@ -145,8 +160,10 @@ def _stream_images(
             batch["image"].append(encoded)
             batch["group"].append(record.group)
             written.append(record.image_id)
-            if len(batch["image_id"]) >= ROW_GROUP_ROWS:
+            if len(written) % ROW_GROUP_ROWS == 0:
                 flush()
+            elif len(batch["image_id"]) >= IMAGE_BATCH_ROWS:
+                convert()
     flush()
     return len(seen), bad, written
 
