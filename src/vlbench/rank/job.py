@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_parquet, read_qrels
-from vlbench.embedding.shard_files import load_embeddings
+from vlbench.embedding.shard_files import load_embeddings, read_embedding_ids
 from vlbench.errors import VlbenchError
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
@@ -75,7 +75,7 @@ def rank_direction(
     data_dir = Path(data_dir)
     query_vectors, query_ids = load_embeddings(queries_npy, query_ids_path)
     gallery_vectors = read_index_vectors(index_path)
-    gallery_ids = np.asarray(read_parquet(gallery_ids_path).column("id").to_pylist(), dtype=object)
+    gallery_ids = read_embedding_ids(gallery_ids_path)
     if len(gallery_ids) != len(gallery_vectors):
         raise VlbenchError(
             f"{index_path}: {len(gallery_vectors)} vectors but {len(gallery_ids)} ids in "

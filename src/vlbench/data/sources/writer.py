@@ -78,12 +78,12 @@ def _read_images(data: SourceData, where: str, seen: set[str]) -> Iterator[Check
         yield record, encoded, None
 
 
-def _decode_checked(
+def _checked(
     images: Iterator[Checked], threads: int, check: Callable[[bytes], str | None] = decode_error
 ) -> Iterator[Checked]:
     """`images` in the same order, each readable one checked (`check`: its reason, or None).
 
-    With more than one thread, the images are decoded in a thread pool (PIL releases the GIL
+    With more than one thread, the images are checked in a thread pool (PIL releases the GIL
     while decoding) while the caller reads and writes; at most CHECK_WINDOW_PER_THREAD images
     per thread, or CHECK_WINDOW_BYTES of them (yet one per thread), are held at once.
     """
@@ -150,7 +150,7 @@ def _stream_images(
             writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
             pending.clear()
 
-    checked = _decode_checked(_read_images(data, where, seen), threads, check)
+    checked = _checked(_read_images(data, where, seen), threads, check)
     with contextlib.closing(checked):
         for record, encoded, reason in checked:
             if reason:
