@@ -228,21 +228,36 @@ def test_near_ties_are_decided_as_the_reference_decides() -> None:
     assert disagree_with_float64 > 0 and ties > 0
 
 
-def test_a_class_smaller_than_k_fails_naming_it_where_the_reference_stops() -> None:
+def test_a_k_with_a_class_smaller_than_k_is_not_computable_and_the_others_are() -> None:
+    """The reference stops at k = 5 (a class of 3); we record k = 5 as not computable, naming
+    the class and its count, and compute k = 1 as the reference does on the list [1]."""
     rng = np.random.default_rng(1)
-    features, labels = clustered(rng, [12, 3, 9], d=8)
+    features, labels = clustered(rng, [12, 3, 9, 1], d=8)
     with pytest.raises(AssertionError):  # k = 1 runs, k = 5 stops at the support assert
         reference_fold_accuracies(features, labels, [1, 5], 2)
-    named = ["oak", "fern", "moss"]
-    with pytest.raises(VlbenchError, match="k=5: class 'fern' has only 3 images"):
-        fewshot_folds(features, [named[label] for label in labels], [1, 5], 2)
+    named = ["oak", "fern", "moss", "lichen"]
+    one, five = fewshot_folds(features, [named[label] for label in labels], [1, 5], 2)
+    assert five.not_computable.startswith("k=5: 2 class(es) with fewer than 5 images")
+    assert "'lichen' (1), 'fern' (3)" in five.not_computable  # smallest first
+    assert five.fold_accuracies == () and five.mean is None and five.n_queries == 0
+    assert not one.not_computable
+    # k = 1 is still computable with the one-image class (its image is support, none queried).
+    assert list(one.fold_accuracies) == reference_fold_accuracies(features, labels, [1], 2)[1]
+
+
+def test_a_k_that_cannot_run_draws_no_shuffles_for_the_ks_after_it() -> None:
+    """With in-place shuffles a skipped k leaves the order as the list without it would."""
+    rng = np.random.default_rng(2)
+    features, labels = clustered(rng, [8, 4, 7], d=8)
+    _, two = fewshot_folds(features, labels, [5, 2], 3)
+    expected = reference_fold_accuracies(features, labels, [2], 3)[2]
+    assert list(two.fold_accuracies) == expected
 
 
 @pytest.mark.parametrize(
     ("labels", "message"),
     [
         (["a"] * 6, "at least two classes"),
-        (["a", "a", "b", "b"], "every class has exactly k images"),
         (["a", None, "b", "b"], "row 1 has no class"),
     ],
 )
@@ -250,3 +265,9 @@ def test_inputs_the_reference_cannot_run_are_refused(labels: list, message: str)
     features = unit_rows(np.random.default_rng(0), len(labels), 4)
     with pytest.raises(VlbenchError, match=message):
         fewshot_folds(features, labels, [2], 2)
+
+
+def test_a_k_that_leaves_no_query_is_not_computable() -> None:
+    features = unit_rows(np.random.default_rng(0), 4, 4)
+    (result,) = fewshot_folds(features, ["a", "a", "b", "b"], [2], 2)
+    assert result.not_computable == "k=2: every class has exactly k images, none is left to query"

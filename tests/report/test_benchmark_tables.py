@@ -55,3 +55,54 @@ def test_fewshot_rows_join_the_tables_with_their_own_columns(tmp_path: Path) -> 
     assert full["n_short_classes"].to_list() == [1, None]
     markdown = (tmp_path / "rare.md").read_text(encoding="utf-8")
     assert FEWSHOT_LEGEND in markdown and "image→image fewshot_accuracy@1" in markdown
+
+
+def test_a_not_computable_k_stays_out_of_metrics_csv_and_is_named_everywhere_else(
+    tmp_path: Path,
+) -> None:
+    """k = 5 on a set with a one-image class: no value in metrics.csv, the reason in
+    metrics_full.csv, the Markdown cell and not_run.csv's rows; k = 1 is written as usual."""
+    from vlbench.report.not_run import (
+        not_computable_rows,
+        not_computable_summary,
+        read_not_run,
+        write_not_run,
+    )
+    from vlbench.report.tables import not_computable
+
+    reason = "k=5: 1 class(es) with fewer than 5 images: 'petrel chick' (1)"
+    results = [
+        FewShotResult(1, (0.5, 0.25), 30, 4, 0, ()),
+        FewShotResult(5, (), 0, 4, 0, (), not_computable=reason),
+    ]
+    for model in ("a", "b"):
+        write_csv(
+            fewshot_rows(results, {**LABELS, "model": model}, 0.95), tmp_path / f"{model}.csv"
+        )
+    table = write_tables(
+        [tmp_path / "a.csv", tmp_path / "b.csv"],
+        tmp_path / "metrics.csv",
+        tmp_path,
+        full_csv=tmp_path / "metrics_full.csv",
+    )
+    assert pl.read_csv(tmp_path / "metrics.csv")["k"].to_list() == [1, 1]
+    full = read_full_metrics(tmp_path / "metrics_full.csv").filter(pl.col("k") == 5)
+    assert full["value"].to_list() == [None, None]
+    assert full["not_computable"].to_list() == [reason, reason]
+    assert "| not computable |" in (tmp_path / "rare.md").read_text(encoding="utf-8")
+    records = not_computable(table)
+    assert records == [
+        {
+            "benchmark": "rare",
+            "subset": "test",
+            "cell": "fewshot_accuracy@5",
+            "models": "a, b",
+            "reason": reason,
+        }
+    ]
+    write_not_run(not_computable_rows(records), tmp_path / "not_run.csv")
+    (line,) = not_computable_summary(read_not_run(tmp_path / "not_run.csv"), "not_run.csv")
+    assert line == (
+        f"vlbench: not computable: rare/test fewshot_accuracy@5: {reason}; models: a, b "
+        "(listed in not_run.csv)"
+    )

@@ -470,3 +470,35 @@ def test_fewshot_table_sets_zero_one_and_five_shot_side_by_side_and_names_flags(
         "as we do."
     ]
     assert "Flagged: few-shot on rare-species" in markdown(table)
+
+
+def test_a_not_computable_cell_is_marked_noted_and_counted_apart_from_the_filled() -> None:
+    """Five-shot on a set with a class smaller than five: the cell says n/c, a note names the
+    reason and the models, and the coverage counts the cell as not computable, not empty."""
+    from vlbench.report.table_writers import cell_text
+
+    reason = "k=5: 1 class(es) with fewer than 5 images: 'x' (3)"
+    zero = metric_row("bioclip", "rare-species", I2T, 1, 37.5, 1.0, 0.25, ZEROSHOT)
+    one = metric_row("bioclip", "rare-species", "image_to_image", 1, 45.2, 0.8, 0.25)
+    five = metric_row("bioclip", "rare-species", "image_to_image", 5, 0.0, 0.0, 0.25)
+    for row in (one, five):
+        row.update(metric="fewshot_accuracy", not_computable=None)
+    five.update(not_computable=reason, value=None, ci_low=None, ci_high=None)
+    zero["not_computable"] = None
+    table = build_paper_table(
+        LAYOUTS["bioclip-fewshot"],
+        pl.DataFrame([zero, one, five]),
+        read_reference(SHIPPED_REFERENCE),
+        read_map(SHIPPED_MAP),
+        ["rare-species"],
+        tolerance=0.5,
+    )
+    ours = next(row for row in table.rows if row.model_key == "bioclip")
+    assert [cell.not_computable for cell in ours.cells] == ["", "", reason]
+    assert cell_text(ours.cells[2]) == "n/c / 65.7 / –"  # published as printed
+    assert f"Not computable: fewshot_accuracy@5 on rare-species (bioclip): {reason}." in table.notes
+    coverage = table.coverage
+    assert (coverage.our_cells, coverage.our_filled, coverage.our_not_computable) == (3, 2, 1)
+    assert coverage.complete
+    assert coverage.reasons["not computable"] == {f"BioCLIP: {reason}": 1}
+    assert "(1 not computable, named in the notes)" in coverage.line()

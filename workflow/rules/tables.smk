@@ -178,10 +178,15 @@ rule provenance:
         "../../scripts/provenance.py"
 
 
-# The end of a run says what the plan left out (results/tables/not_run.csv lists it) and how
-# much of each paper table it filled (results/tables/coverage.md).
+# The end of a run says what the plan left out and which metrics could not be computed
+# (results/tables/not_run.csv lists both) and how much of each paper table it filled
+# (results/tables/coverage.md).
 onsuccess:
     if NOT_RUN_ROWS:
         logger.info(not_run_summary(NOT_RUN_ROWS, "results/tables/not_run.csv"))
+    for _line in not_computable_summary(
+        read_not_run("results/tables/not_run.csv"), "results/tables/not_run.csv"
+    ):
+        logger.warning(_line)
     for _line in coverage_lines_of("results/tables/coverage.md"):
         logger.info(_line)

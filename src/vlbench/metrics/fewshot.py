@@ -32,10 +32,13 @@ reference's (on the same numpy). Distances are screened through a float32 matrix
 (`_screen_margin`) has those distances recomputed exactly as the reference computes them
 (float32 `LA.norm` of the difference), so the decision is the reference's.
 
-Classes with fewer than k images make the reference stop (its support set assert fails):
-`fewshot_folds` raises a one-line error naming the class instead. Classes with at least k but
-fewer than k + 5 images are logged by the reference ("not enough for evaluation") and kept; they
-are reported here (`short_classes`).
+Classes with fewer than k images make the reference stop (its support set assert fails), and so
+does a k that leaves no image to query. Such a k is not computable: `fewshot_folds` skips it as
+if it were not listed (no shuffles are drawn for it, so the other ks' folds are the ones the
+reference computes on the k list without it) and its result names the classes and their counts
+(`not_computable`); every other k is computed. Classes with at least k but fewer than k + 5
+images are logged by the reference ("not enough for evaluation") and kept; they are reported
+here (`short_classes`).
 """
 
 from __future__ import annotations
@@ -65,16 +68,18 @@ class FewShotResult:
     n_classes: int
     n_tied_queries: int
     short_classes: tuple[str, ...]
+    # Why this k cannot be computed (empty: it was): the classes short of k, with their counts.
+    not_computable: str = ""
 
     @property
-    def mean(self) -> float:
+    def mean(self) -> float | None:
         """Mean accuracy over the folds (a fraction), as the reference computes it."""
-        return float(np.mean(self.fold_accuracies))
+        return float(np.mean(self.fold_accuracies)) if self.fold_accuracies else None
 
     @property
-    def std(self) -> float:
+    def std(self) -> float | None:
         """Standard deviation over the folds, numpy's default ddof = 0 (the reference's)."""
-        return float(np.std(self.fold_accuracies))
+        return float(np.std(self.fold_accuracies)) if self.fold_accuracies else None
 
 
 def class_members(labels: Sequence[object]) -> tuple[list[str], list[list[int]]]:
@@ -87,21 +92,41 @@ def class_members(labels: Sequence[object]) -> tuple[list[str], list[list[int]]]
     return list(members), list(members.values())
 
 
-def check_classes(classes: Sequence[str], members: Sequence[Sequence[int]], shots: int) -> None:
-    """Fail, naming the class, where the reference cannot run this k."""
+def check_classes(classes: Sequence[str], members: Sequence[Sequence[int]]) -> None:
+    """Fail where the reference cannot run any k: fewer than two classes."""
     if len(classes) < 2:
         raise VlbenchError(
             f"few-shot needs at least two classes, found {len(classes)} (the reference's "
             "argpartition over the class axis fails on one)"
         )
-    for name, rows in zip(classes, members, strict=True):
-        if len(rows) < shots:
-            raise VlbenchError(
-                f"few-shot k={shots}: class {name!r} has only {len(rows)} images (BioCLIP's "
-                "few_shot.py stops there: its support set needs k images of every class)"
-            )
+
+
+# Classes named in a not-computable reason; the rest are counted.
+_NAMED_CLASSES = 5
+
+
+def not_computable_reason(
+    classes: Sequence[str], members: Sequence[Sequence[int]], shots: int
+) -> str:
+    """Why the reference cannot run this k (empty when it can): every class short of k images,
+    smallest first, with its count, or no image left to query."""
+    short = sorted(
+        (
+            (len(rows), name)
+            for name, rows in zip(classes, members, strict=True)
+            if len(rows) < shots
+        )
+    )
+    if short:
+        named = ", ".join(f"{name!r} ({count})" for count, name in short[:_NAMED_CLASSES])
+        more = f" and {len(short) - _NAMED_CLASSES} more" if len(short) > _NAMED_CLASSES else ""
+        return (
+            f"k={shots}: {len(short)} class(es) with fewer than {shots} images: {named}{more} "
+            "(BioCLIP's few_shot.py stops there: its support set needs k images of every class)"
+        )
     if all(len(rows) == shots for rows in members):
-        raise VlbenchError(f"few-shot k={shots}: every class has exactly k images, none is left")
+        return f"k={shots}: every class has exactly k images, none is left to query"
+    return ""
 
 
 def fold_splits(
@@ -202,7 +227,8 @@ def fewshot_folds(
     folds: int,
     shuffle: str = "in_place",
 ) -> list[FewShotResult]:
-    """Accuracy of every fold of every k, in the k list's order.
+    """Accuracy of every fold of every k, in the k list's order; a k the reference cannot run
+    has no folds and says why (`not_computable`).
 
     `features`: float32 rows in the dataset's sample order (L2-normalised, as the reference's
     features are); `labels`: the class of every row.
@@ -216,13 +242,14 @@ def fewshot_folds(
     if len(set(shots)) != len(shots):
         raise VlbenchError(f"few-shot: k listed twice in {list(shots)}")
     classes, members = class_members(labels)
-    for k in shots:
-        check_classes(classes, members, k)
+    check_classes(classes, members)
+    reasons = {k: not_computable_reason(classes, members, k) for k in shots}
+    computable = [k for k in shots if not reasons[k]]
     features = np.ascontiguousarray(features, dtype=np.float32)
     accuracies: dict[int, list[float]] = {k: [] for k in shots}
     ties = dict.fromkeys(shots, 0)
-    n_queries = {}
-    for k, _, support, queries, truth in fold_splits(members, shots, folds, shuffle):
+    n_queries = dict.fromkeys(shots, 0)
+    for k, _, support, queries, truth in fold_splits(members, computable, folds, shuffle):
         predicted, tied = nearest_centroid(features, support, len(classes), k, queries)
         accuracies[k].append(float(np.mean(predicted == truth)))
         ties[k] += int(tied.sum())
@@ -237,8 +264,9 @@ def fewshot_folds(
             short_classes=tuple(
                 name
                 for name, rows in zip(classes, members, strict=True)
-                if len(rows) < k + SHORT_MARGIN
+                if k <= len(rows) < k + SHORT_MARGIN
             ),
+            not_computable=reasons[k],
         )
         for k in shots
     ]

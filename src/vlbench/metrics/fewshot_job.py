@@ -8,7 +8,10 @@ fold accuracies, `n_queries` the queries of one fold. Extra columns: `fold_std` 
 deviation over folds, ddof = 0, as BioCLIP logs it), `n_folds`, `fold_values` (each fold's
 accuracy), `n_classes`, `n_short_classes` (classes with fewer than k + 5 images, which BioCLIP
 logs as "not enough for evaluation" and keeps), `chance` (100 / classes), `n_tied_queries`
-(queries decided by an exact distance tie, summed over folds) and `tie_policy`.
+(queries decided by an exact distance tie, summed over folds), `tie_policy` and
+`not_computable`: empty, or why the reference cannot run this k (the classes with fewer than k
+images and their counts); such a row has no value, interval or folds, and every other k of the
+benchmark is still computed and written.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ FEWSHOT_COLUMNS = [
     "fold_values",
     "n_classes",
     "n_short_classes",
+    "not_computable",
 ]
 
 
@@ -54,37 +58,53 @@ def fewshot_rows(
     rows = []
     for result in results:
         folds = 100.0 * np.asarray(result.fold_accuracies)
-        ci_low, ci_high = t_interval(folds, confidence)
+        ci_low, ci_high = t_interval(folds, confidence) if len(folds) else (None, None)
         chance = 100.0 / result.n_classes
+        computed = not result.not_computable
         rows.append(
             {
                 **labels,
                 "direction": FEWSHOT_DIRECTION,
                 "metric": FEWSHOT_METRIC,
                 "k": result.shots,
-                "value": result.mean * 100,
+                "value": result.mean * 100 if result.mean is not None else None,
                 "ci_low": ci_low,
                 "ci_high": ci_high,
                 "n_queries": result.n_queries,
                 "unit": "percent",
                 "chance": chance,
-                "chance_flag": indistinguishable_from_chance(ci_low, ci_high, chance),
+                "chance_flag": (
+                    indistinguishable_from_chance(ci_low, ci_high, chance) if computed else None
+                ),
                 "n_tied_queries": result.n_tied_queries,
                 "tie_policy": FEWSHOT_TIE_POLICY,
-                "fold_std": result.std * 100,
+                "fold_std": result.std * 100 if result.std is not None else None,
                 "n_folds": len(folds),
                 "fold_values": ";".join(f"{value:.6f}" for value in folds),
                 "n_classes": result.n_classes,
                 "n_short_classes": len(result.short_classes),
+                "not_computable": result.not_computable or None,
             }
         )
-    schema = {"k": pl.Int64, "chance_flag": pl.Boolean, "fold_values": pl.String}
+    schema = {
+        "k": pl.Int64,
+        "value": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "chance_flag": pl.Boolean,
+        "fold_std": pl.Float64,
+        "fold_values": pl.String,
+        "not_computable": pl.String,
+    }
     return pl.DataFrame(rows, schema_overrides=schema).select(FEWSHOT_COLUMNS)
 
 
 def log_short_classes(results: Sequence[FewShotResult], log: logging.Logger) -> None:
-    """Name the classes the reference logs as not enough for evaluation, per k."""
+    """Name the classes the reference logs as not enough for evaluation, per k, and every k
+    that could not be computed."""
     for result in results:
+        if result.not_computable:
+            log.warning("not computable: %s", result.not_computable)
         if result.short_classes:
             log.info(
                 "k=%d: %d classes with fewer than %d images (kept, as BioCLIP does): %s",

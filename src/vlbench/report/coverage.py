@@ -29,11 +29,13 @@ class Coverage:
     # Cells of our own rows (every configured model that reaches this table), and the filled ones.
     our_cells: int = 0
     our_filled: int = 0
+    # Cells of our rows whose metric could not be computed (named in the table's notes).
+    our_not_computable: int = 0
 
     @property
     def complete(self) -> bool:
-        """Every cell of every row of ours is filled."""
-        return self.our_filled == self.our_cells
+        """Every cell of every row of ours is filled, or says why it cannot be computed."""
+        return self.our_filled + self.our_not_computable == self.our_cells
 
     def summary(self) -> str:
         """'44/66 published cells ours; 22 not reproducible (...); cells of our rows filled:
@@ -45,7 +47,10 @@ class Coverage:
         for category, details in sorted(self.reasons.items()):
             listed = "; ".join(detail for detail in details)
             parts.append(f"{sum(details.values())} {category} ({listed})")
-        parts.append(f"cells of our rows filled: {self.our_filled}/{self.our_cells}")
+        filled = f"cells of our rows filled: {self.our_filled}/{self.our_cells}"
+        if self.our_not_computable:
+            filled += f" ({self.our_not_computable} not computable, named in the notes)"
+        parts.append(filled)
         return "; ".join(parts) + "."
 
     def line(self) -> str:
@@ -63,6 +68,7 @@ class Coverage:
             "stand_in": self.stand_in,
             "our_cells": self.our_cells,
             "our_filled": self.our_filled,
+            "our_not_computable": self.our_not_computable,
             "line": self.line(),
         }
 
@@ -105,7 +111,8 @@ def table_coverage(
 ) -> Coverage:
     """Count the table's published cells that our run filled and say why each other one is not.
 
-    Reasons, in order: the model cannot be reproduced (the map's `not_reproducible`), the plan
+    Reasons, in order: the model cannot be reproduced (the map's `not_reproducible`), our
+    metric could not be computed on the data (a few-shot k with a class smaller than k), the plan
     left its model or benchmark out for missing data (`not_run`), no configured model or
     benchmark stands for it, or (a fault) it stayed empty although both were run.
     """
@@ -118,6 +125,9 @@ def table_coverage(
             rows_of.setdefault(row.reference_model or "", []).append(row)
             coverage.our_cells += len(row.cells)
             coverage.our_filled += sum(cell.ours is not None for cell in row.cells)
+            coverage.our_not_computable += sum(
+                cell.ours is None and bool(cell.not_computable) for cell in row.cells
+            )
     skipped_models = set(not_run.get("models", []))
     skipped_benchmarks = {key: mapping.benchmark(key) for key in not_run.get("benchmarks", [])}
     run_benchmarks = [mapping.benchmark(key) for key in table.benchmark_keys]
@@ -149,8 +159,11 @@ def table_coverage(
                 if any(_stands_for(ref, column) for column in columns)
             }
         )
+        computable = [row.cells[number].not_computable for row in ours]
         if name in mapping.not_reproducible:
             category, detail = "not reproducible", f"{name}: {mapping.not_reproducible[name]}"
+        elif any(computable):
+            category, detail = "not computable", f"{name}: {next(r for r in computable if r)}"
         elif left_out:
             category, detail = "not run, data missing", ", ".join(left_out)
         elif not ours:

@@ -1,8 +1,10 @@
-"""What a run left out, and why: `results/tables/not_run.csv` and the line printed at its end.
+"""What a run left out, and why: `results/tables/not_run.csv` and the lines printed at its end.
 
 The plan leaves out models and benchmarks whose local data is missing (`missing_data: skip`,
 vlbench.workflow.preflight); the paper tables note them, this file lists them with the reason
-and the missing path, so the omission is in the results and not only at the top of a log.
+and the missing path, so the omission is in the results and not only at the top of a log. The
+tables job adds the metrics that could not be computed (kind `metric`, reason `not computable`:
+a few-shot k with a class smaller than k), with the classes, their counts and the models.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from vlbench.atomic import write_text
 
 COLUMNS = ("kind", "key", "reason", "detail")
+NOT_COMPUTABLE = "not computable"
 
 
 def not_run_csv(rows: Iterable[Mapping[str, str]]) -> str:
@@ -31,10 +34,41 @@ def write_not_run(rows: Iterable[Mapping[str, str]], path: str | Path) -> None:
     write_text(path, not_run_csv(rows))
 
 
+def not_computable_rows(records: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
+    """not_run.csv rows of the metrics that could not be computed
+    (`vlbench.report.tables.not_computable` records)."""
+    return [
+        {
+            "kind": "metric",
+            "key": f"{record['benchmark']}/{record['subset']} {record['cell']}",
+            "reason": NOT_COMPUTABLE,
+            "detail": f"{record['reason']}; models: {record['models']}",
+        }
+        for record in records
+    ]
+
+
+def read_not_run(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a written not_run.csv (none if it is absent)."""
+    if not Path(path).is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
 def not_run_summary(rows: Iterable[Mapping[str, str]], path: str | Path) -> str | None:
-    """One line naming what was left out and where it is listed (None when nothing was)."""
-    rows = list(rows)
+    """One line naming what the plan left out and where it is listed (None when nothing was)."""
+    rows = [row for row in rows if row["reason"] != NOT_COMPUTABLE]
     if not rows:
         return None
     listed = ", ".join(f"{row['kind']} {row['key']} ({row['reason']})" for row in rows)
     return f"vlbench: not run: {listed}; see {path}"
+
+
+def not_computable_summary(rows: Iterable[Mapping[str, str]], path: str | Path) -> list[str]:
+    """One line per metric that could not be computed, naming why (none when every one was)."""
+    return [
+        f"vlbench: not computable: {row['key']}: {row['detail']} (listed in {path})"
+        for row in rows
+        if row["reason"] == NOT_COMPUTABLE
+    ]

@@ -34,6 +34,8 @@ class Cell:
     beyond_tolerance: bool = False
     ours_at_chance: bool | None = None
     published_at_chance: bool | None = None
+    # Why our value could not be computed (empty: it was, or the metric was not run).
+    not_computable: str = ""
 
     @property
     def difference(self) -> float | None:
@@ -236,6 +238,7 @@ def _fill_cell(
     cell = Cell(chance=chance, n_queries=n_queries)
     if row is not None:
         cell.ours = _value(row, "value")
+        cell.not_computable = str(row.get("not_computable") or "") if cell.ours is None else ""
         cell.ci_low = _value(row, "ci_low")
         cell.ci_high = _value(row, "ci_high")
         if cell.ours is not None and chance is not None:
@@ -272,6 +275,8 @@ def _mean_cell(table: PaperTable, row: Row, lookup: Mapping, published_on: bool)
     ours = [part.ours for part in parts]
     if all(value is not None for value in ours):
         cell.ours = sum(ours) / len(ours)  # type: ignore[arg-type]
+    elif any(part.not_computable for part in parts):
+        cell.not_computable = "a column of the mean is not computable"
     if row.reference_model is None or not published_on:
         return cell
     printed = lookup.get(
@@ -387,6 +392,7 @@ def build_paper_table(
     table.notes.extend(f"Published values: {source}." for source in sources)
     table.notes.extend(_not_run_notes(layout, mapping, not_run or {}))
     table.notes.extend(short_class_notes(found.values()))
+    table.notes.extend(not_computable_notes(found.values()))
     table.coverage = table_coverage(table, reference, mapping, not_run or {})
     return table
 
@@ -405,6 +411,20 @@ def short_class_notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         + "); BioCLIP's few_shot.py logs them as not enough for evaluation and keeps them, "
         "as we do."
         for benchmark, counts in sorted(flagged.items())
+    ]
+
+
+def not_computable_notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A note per metric of this table that could not be computed, with the models and why."""
+    models: dict[tuple[str, str, str, str], list[str]] = {}
+    for row in rows:
+        reason = row.get("not_computable")
+        if reason and _value(row, "value") is None:
+            key = (str(row["benchmark"]), str(row["metric"]), str(row["k"]), str(reason))
+            models.setdefault(key, []).append(str(row["model"]))
+    return [
+        f"Not computable: {metric}@{k} on {benchmark} ({', '.join(sorted(names))}): {reason}."
+        for (benchmark, metric, k, reason), names in sorted(models.items())
     ]
 
 

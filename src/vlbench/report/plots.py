@@ -97,7 +97,9 @@ def _group_label(subset: str, direction: str, metric: str, k: int | None, subset
 def model_bars(metrics: pl.DataFrame, benchmark: str) -> Figure:
     """One group per (direction, metric, k), one bar per model with its 95% interval."""
     rows = metrics.filter(
-        (pl.col("benchmark") == benchmark) & ~pl.col("metric").is_in(list(NON_PERCENT_METRICS))
+        (pl.col("benchmark") == benchmark)
+        & ~pl.col("metric").is_in(list(NON_PERCENT_METRICS))
+        & pl.col("value").is_not_null()  # not the metrics that could not be computed
     )
     if rows.height == 0:
         return _empty_figure(f"{benchmark}: no metric rows")

@@ -12,6 +12,7 @@ from vlbench.atomic import write_text
 from vlbench.report.paper_tables import Cell, PaperTable, Row
 
 DASH = "–"
+NOT_COMPUTABLE = "n/c"
 TOLERANCE_MARK = "⚠"
 CHANCE_OURS = "chance level (ours)"
 CHANCE_PUBLISHED = "chance level (published)"
@@ -26,7 +27,8 @@ def _number(value: float | None, signed: bool = False) -> str:
 def cell_parts(cell: Cell) -> tuple[str, str, str]:
     """The three printed parts of a cell: ours, published (as printed), difference."""
     published = cell.published_text if cell.published_text is not None else DASH
-    return _number(cell.ours), published, _number(cell.difference, signed=True)
+    ours = NOT_COMPUTABLE if cell.not_computable else _number(cell.ours)
+    return ours, published, _number(cell.difference, signed=True)
 
 
 def cell_text(cell: Cell) -> str:
@@ -51,7 +53,8 @@ def legend(table: PaperTable, mark: str = TOLERANCE_MARK, dash: str = DASH) -> l
     return [
         *coverage,
         "Each cell: ours / published / difference (ours - published), in percent; "
-        f"{dash} where a value is missing.",
+        f"{dash} where a value is missing; {NOT_COMPUTABLE} where ours cannot be computed on "
+        "the data (the notes say why).",
         f"{mark} marks a difference larger than {table.tolerance:g} percentage points.",
         f"'{CHANCE_OURS}': no cell of our row is above chance (every 95% interval reaches the "
         f"chance level). '{CHANCE_PUBLISHED}': no published cell is above chance at our query "

@@ -1,7 +1,9 @@
 """Collect per-job metric files into the long metrics tables and one Markdown table per benchmark.
 
-``metrics.csv`` keeps exactly the contract columns (``METRIC_COLUMNS``); ``metrics_full.csv``
-keeps every column the evaluation jobs wrote (chance level, bootstrap bounds, flags, ...).
+``metrics.csv`` keeps exactly the contract columns (``METRIC_COLUMNS``) of every computed row;
+``metrics_full.csv`` keeps every column the evaluation jobs wrote (chance level, bootstrap
+bounds, flags, ...) and also the rows of metrics that could not be computed (a few-shot k with a
+class smaller than k: no value, the reason in ``not_computable``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ DIRECTION_LABELS = {
 # How a column names its unit (the `unit` column of metrics_full.csv; percent when absent).
 UNIT_LABELS = {"percent": "%", "rank": "rank"}
 RANK_METRICS = ("mean_rank", "median_rank")
+# The column of metrics_full.csv that says why a metric could not be computed, and its cell.
+NOT_COMPUTABLE = "not_computable"
+NOT_COMPUTABLE_CELL = "not computable"
 
 
 def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
@@ -34,10 +39,38 @@ def collect(paths: Iterable[str | Path]) -> pl.DataFrame:
     return table.sort(["benchmark", "subset", "model", "direction", "metric", "k"])
 
 
+def computed(table: pl.DataFrame) -> pl.DataFrame:
+    """The rows that have a value (not the not-computable ones)."""
+    return table.filter(pl.col("value").is_not_null())
+
+
+def not_computable(table: pl.DataFrame) -> list[dict[str, str]]:
+    """One record per (benchmark, subset, metric, k) that could not be computed: the models it
+    concerns and why (the `not_computable` column of the metric files)."""
+    if NOT_COMPUTABLE not in table.columns:
+        return []
+    rows = table.filter(pl.col(NOT_COMPUTABLE).is_not_null() & (pl.col(NOT_COMPUTABLE) != ""))
+    grouped = (
+        rows.group_by(["benchmark", "subset", "metric", "k", NOT_COMPUTABLE], maintain_order=True)
+        .agg(pl.col("model").unique().sort())
+        .sort(["benchmark", "subset", "metric", "k"])
+    )
+    return [
+        {
+            "benchmark": row["benchmark"],
+            "subset": row["subset"],
+            "cell": f"{row['metric']}@{row['k']}",
+            "models": ", ".join(row["model"]),
+            "reason": row[NOT_COMPUTABLE],
+        }
+        for row in grouped.iter_rows(named=True)
+    ]
+
+
 def write_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
-    """The long-format contract: exactly METRIC_COLUMNS, values in percent."""
+    """The long-format contract: exactly METRIC_COLUMNS of every computed row, in percent."""
     with atomic_path(path) as tmp:
-        table.select(METRIC_COLUMNS).write_csv(tmp)
+        computed(table).select(METRIC_COLUMNS).write_csv(tmp)
 
 
 def write_full_metrics_csv(table: pl.DataFrame, path: str | Path) -> None:
@@ -74,6 +107,8 @@ def _unit(row: dict | None, metric: str) -> str:
 
 
 def _value_with_ci(row: dict) -> str:
+    if row.get("value") is None:
+        return NOT_COMPUTABLE_CELL if row.get(NOT_COMPUTABLE) else ""
     value = f"{row['value']:.2f}"
     if row.get("ci_low") is None or row.get("ci_high") is None:
         return value
@@ -166,8 +201,9 @@ def write_tables(
     markdown_dir: str | Path,
     full_csv: str | Path | None = None,
     notebook_names: bool = False,
-) -> None:
-    """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present.
+) -> pl.DataFrame:
+    """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present;
+    return the collected rows.
 
     `notebook_names` adds the BioMedFlickr notebook's column names to metrics_full.csv.
     """
@@ -179,3 +215,4 @@ def write_tables(
         write_full_metrics_csv(table, full_csv)
     for benchmark in table["benchmark"].unique().sort().to_list():
         write_text(Path(markdown_dir) / f"{benchmark}.md", markdown_table(table, benchmark))
+    return table
