@@ -1,7 +1,10 @@
-"""config/biocap.yaml run as shipped on miniatures of its sources in their real layouts (hub
-repositories at the pinned commits, IDLE-OO pinned on first use, the ten user-supplied folders
-made by `vlbench import` from their publishers' layouts): BioCAP Tables 1 and 2, BioCLIP 2's
-zero-shot table and BioCLIP's few-shot table are filled for every configured model."""
+"""config/biocap.yaml run as shipped on miniatures of its sources in their real layouts and
+shapes (hub repositories at the pinned commits, IDLE-OO pinned on first use, BioCAP's own
+annotation files for Rare Species and the IDLE-OO subsets from a loopback GitHub, the ten
+user-supplied folders made by `vlbench import` from their publishers' layouts; IDLE-OO island
+with its two one-image classes): BioCAP Tables 1 and 2, BioCLIP 2's zero-shot table and BioCLIP's
+few-shot table are filled for every configured model, and island's five-shot, which the real data
+cannot run either, is named as not computable."""
 
 from __future__ import annotations
 
@@ -80,8 +83,9 @@ def test_every_source_format_of_the_config_reaches_the_metrics(run) -> None:
         .agg(pl.col("n_queries").max())
         .iter_rows()
     )
-    assert counts["rare-species"] == 4 * 6 and counts["nabirds"] == 4 * 6
-    assert counts["idle-oo-island"] == 4 * 6 and counts["metaalbum-fungi"] == 2 * 6
+    assert counts["rare-species"] == 3 * 6 + 5 and counts["nabirds"] == 4 * 6
+    assert counts["idle-oo-ena24"] == 4 * 6 and counts["metaalbum-fungi"] == 2 * 6
+    assert counts["idle-oo-island"] == 3 * 6 + 2  # and two one-image classes
     assert counts["cornell-bird"] == 2 and counts["plantid"] == 2
 
 
@@ -95,3 +99,56 @@ def test_fewshot_runs_on_every_zero_shot_benchmark(run) -> None:
     assert set(fewshot["benchmark"]) == zeroshot
     assert set(fewshot["k"]) == {1, 5}
     assert "bioclip-fewshot" in paper_tables(workdir)
+
+
+def test_island_five_shot_is_not_computable_and_named_while_every_table_is_written(run) -> None:
+    """The real island subset has two one-image classes under taxon_com: its five-shot cannot
+    run (BioCLIP's few_shot.py stops there); it is recorded with the classes and their counts in
+    the metric file, metrics_full.csv, not_run.csv and the run's last lines, and every other
+    cell, one-shot on island included, is written."""
+    workdir, result = run
+    fewshot = metrics(workdir).filter(
+        (pl.col("benchmark") == "idle-oo-island") & (pl.col("metric") == "fewshot_accuracy")
+    )
+    five = fewshot.filter(pl.col("k") == 5)
+    assert five.height == len(shipped(NAME)["models"]) and five["value"].null_count() == five.height
+    reason = five["not_computable"][0]
+    assert "2 class(es) with fewer than 5 images" in reason
+    assert "with common name domestic chicken' (1)" in reason
+    assert "with common name petrel chick' (1)" in reason
+    assert fewshot.filter(pl.col("k") == 1)["value"].null_count() == 0
+    rows = (workdir / "results" / "tables" / "not_run.csv").read_text(encoding="utf-8")
+    assert "metric,idle-oo-island/island fewshot_accuracy@5,not computable," in rows
+    assert "vlbench: not computable: idle-oo-island/island fewshot_accuracy@5" in result.stderr
+    other = metrics(workdir).filter(pl.col("not_computable").is_not_null())
+    assert set(other["benchmark"]) == {"idle-oo-island"}  # nothing else is short
+    assert set(paper_tables(workdir)) == {
+        "biocap-table1", "biocap-table2", "bioclip2-zeroshot", "bioclip-fewshot",
+    }  # fmt: skip
+
+
+def test_rare_species_and_the_camera_traps_follow_their_reference_files(run) -> None:
+    """The prepared images are the reference CSV's rows in its order (not the hub's), their
+    classes written from its columns."""
+    import csv
+
+    workdir, _ = run
+    served = workdir / "fixtures" / "hub" / "imageomics" / "rare-species"
+    from shipped_configs import REFERENCE_FIXTURES
+
+    reference = REFERENCE_FIXTURES[
+        ("Imageomics/biocap", "data/classification_annotation/rare_species/metadata.csv")
+    ](served)
+    rows = list(csv.DictReader(reference.decode("utf-8").splitlines()))
+    images = pl.read_parquet(workdir / "results" / "data" / "rare-species" / "images.parquet")
+    assert images["image_id"].to_list() == [row["filepath"] for row in rows]
+    first = rows[0]
+    assert images["group"][0] == (
+        f"{first['kingdom']} {first['phylum']} {first['cls']} {first['order']} "
+        f"{first['family']} {first['genus']} {first['species']}"
+        + (f" with common name {first['common_name']}" if first["common_name"] else "")
+    )
+    island = pl.read_parquet(workdir / "results" / "data" / "idle-oo-island" / "images.parquet")
+    hub_csv = served.parent / "IDLE-OO-Camera-Traps" / "island-balanced.csv"
+    with open(hub_csv, newline="", encoding="utf-8") as handle:
+        assert island["image_id"].to_list() == [row["filepath"] for row in csv.DictReader(handle)]

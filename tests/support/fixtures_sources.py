@@ -13,7 +13,7 @@ import io
 import json
 import tarfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -353,8 +353,10 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 # columns rarespecies_id, eol_content_id, eol_page_id, kingdom, phylum, class, order, family,
 # genus, species, sciName, common (a loader pinned to `revision="06e9eae"`; the card's Data
 # Fields at that revision were not found). Images: dataset/<Kingdom-Phylum-Class-Order-Family-
-# Genus-species>/<eol_content_id>_<eol_page_id>_eol-full-size-copy.jpg. Ranks capitalised,
-# `species` the epithet, `common` may be empty.
+# Genus-species>/<eol_content_id>_<eol_page_id>_eol_full-size-copy.jpg (the card: "JPGs with
+# filenames `<eol_content_id>_<eol_page_id>_eol_full-size-copy.jpg`"). Ranks capitalised,
+# `species` the epithet, `common` may be empty. Not every species has as many images as the
+# others (the reference CSV's smallest: 21, 27, 27, 29, 29 of 30): `sizes` sets a class's count.
 RARE_SPECIES_COLUMNS = [
     "file_name",
     "rarespecies_id",
@@ -378,15 +380,17 @@ def write_rare_species_repo(
     corrupt: tuple[int, ...] = (),
     species: Sequence[tuple[str, ...]] | None = None,
     seed: int = 0,
+    sizes: Mapping[int, int] | None = None,
 ) -> list[list[Any]]:
-    """imageomics/rare-species as above; returns the CSV rows (file_name first)."""
+    """imageomics/rare-species as above (`sizes`: class number -> its image count, where not
+    `per_class`); returns the CSV rows (file_name first)."""
     rows = []
     for c, taxon in enumerate(SPECIES if species is None else species):
         folder = "-".join(taxon[:7])
-        for i in range(per_class):
+        for i in range((sizes or {}).get(c, per_class)):
             number = c * per_class + i
             content, page = 10_000_000 + 1000 * seed + number, 40_000 + c
-            relative = f"dataset/{folder}/{content}_{page}_eol-full-size-copy.jpg"
+            relative = f"dataset/{folder}/{content}_{page}_eol_full-size-copy.jpg"
             (root / relative).parent.mkdir(parents=True, exist_ok=True)
             data = BROKEN if number in corrupt else image_bytes(seed * 1000 + number)
             (root / relative).write_bytes(data)
@@ -400,6 +404,38 @@ def write_rare_species_repo(
         encoding="utf-8",
     )
     return rows
+
+
+# BioCAP's and BioCLIP 2's own Rare Species annotation file (Imageomics/biocap @ 6e589bef,
+# data/classification_annotation/rare_species/metadata.csv; the same bytes in Imageomics/
+# bioclip-2 @ 49e1cf50, data/annotation/rare_species/metadata.csv): an unnamed index column,
+# then kingdom, phylum, cls, order, family, genus, species, common_name, filepath, class;
+# `filepath` "2024-03-20/<eol_content_id>_<eol_page_id>_eol-full-size-copy.jpg" (a hyphen where
+# the hub's file names have an underscore), `class` "Genus species"; rows in an order of its
+# own (grouped by species, not in the hub's order), no newline after the last row.
+RARE_SPECIES_REFERENCE_COLUMNS = [
+    "", "kingdom", "phylum", "cls", "order", "family", "genus", "species", "common_name",
+    "filepath", "class",
+]  # fmt: skip
+
+
+def rare_species_reference(hub_rows: Sequence[Sequence[Any]]) -> bytes:
+    """The reference CSV of the rows `write_rare_species_repo` returned: species in reverse
+    order, each species' images in reverse order (so neither order is the hub's)."""
+    by_species: dict[str, list[Sequence[Any]]] = {}
+    for row in hub_rows:
+        by_species.setdefault(row[11], []).append(row)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(RARE_SPECIES_REFERENCE_COLUMNS)
+    number = 0
+    for rows in reversed(list(by_species.values())):
+        for row in reversed(rows):
+            _, _, content, page, *ranks = row[:11]
+            path = f"2024-03-20/{content}_{page}_eol-full-size-copy.jpg"
+            writer.writerow([number, *ranks, row[12], path, f"{ranks[5]} {ranks[6]}"])
+            number += 1
+    return buffer.getvalue().rstrip("\n").encode("utf-8")
 
 
 IDLE_SUBSETS = ("desert-lion", "ENA24", "island", "ohio-small-animals", "orinoquia")
@@ -448,16 +484,30 @@ IDLE_TAXA = [
     ),
     ("animalia", "chordata", "aves", "procellariiformes", "procellariidae", "", "", "petrel"),
 ]
+# The real island subset's smallest classes under taxon_com (BioCAP's island-balanced.csv @
+# 6e589bef: 29 classes of 10 images, 2 of 9, and 'domestic chicken' and 'petrel chick' of one
+# image each, the chick a coarse row like the petrel's): `island_shape` gives the island
+# miniature those two one-image classes.
+IDLE_PETREL_CHICK = (
+    "animalia", "chordata", "aves", "procellariiformes", "procellariidae", "", "", "petrel chick",
+)  # fmt: skip
+IDLE_ISLAND_SINGLES = ("domestic chicken", "petrel chick")
 
 
-def write_idle_oo_repo(root: Path, per_class: int = 2) -> dict[str, list]:
-    """imageomics/IDLE-OO-Camera-Traps as above; returns each subset's rows (filepath first)."""
+def write_idle_oo_repo(
+    root: Path, per_class: int = 2, island_shape: bool = False
+) -> dict[str, list]:
+    """imageomics/IDLE-OO-Camera-Traps as above (with `island_shape`, island's two one-image
+    classes); returns each subset's rows (filepath first)."""
     rows: dict[str, list] = {}
     for number, subset in enumerate(IDLE_SUBSETS):
         rows[subset], lines = [], []
         tail = IDLE_TAIL.get(subset, IDLE_DEFAULT_TAIL)
-        for c, taxon in enumerate(IDLE_TAXA):
-            for i in range(per_class):
+        real_island = island_shape and subset == "island"
+        taxa = [*IDLE_TAXA, IDLE_PETREL_CHICK] if real_island else IDLE_TAXA
+        for c, taxon in enumerate(taxa):
+            single = real_island and taxon[7] in IDLE_ISLAND_SINGLES
+            for i in range(1 if single else per_class):
                 serial = number * 100 + c * per_class + i
                 if subset == "ohio-small-animals":
                     name = f"OH_sm_animals_CAM{c}_2020-07-12_06-50-{serial:02d}.JPG"

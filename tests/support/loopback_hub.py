@@ -10,7 +10,10 @@ huggingface_hub's downloads and API calls use it:
 - `HEAD`/`GET /[datasets/]{repo}/resolve/{rev}/{file}`: the file, with `X-Repo-Commit`, `ETag`
   (the sha256 of large files, the git blob sha1 of small ones), `Content-Length`, byte ranges;
 - errors as the hub sends them: 404 with `X-Error-Code` `RepoNotFound`, `RevisionNotFound` or
-  `EntryNotFound`.
+  `EntryNotFound`;
+- and, beside the hub, GitHub's raw file server for reference annotation files:
+  `GET /github-raw/{owner}/{repo}/{commit}/{path}` (`publish_github`), 404 for anything else
+  (what `VLBENCH_GITHUB_RAW_ENDPOINT` points at in `client_environment`).
 
 Branches move with `commit()`; faults are injected per path: `fail(path, status)` answers the
 next request with an error, `truncate(path)` closes the next download half-way, `corrupt(path)`
@@ -35,6 +38,8 @@ import pytest
 LFS_SUFFIXES = (".parquet", ".zip", ".tar", ".bin", ".safetensors", ".pt", ".jpg", ".png")
 API = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/]+)(/.*)?$")
 RESOLVE = re.compile(r"^/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+GITHUB_RAW_PREFIX = "/github-raw"
+GITHUB_RAW = re.compile(r"^/github-raw/([^/]+/[^/]+)/([0-9a-f]{40})/(.+)$")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -59,6 +64,8 @@ class LoopbackHub:
         self.failures: dict[str, list[int]] = {}
         self.truncations: dict[str, int] = {}
         self.corrupted: set[str] = set()
+        # (GitHub repository, commit, path) -> bytes of the raw file server.
+        self.github: dict[tuple[str, str, str], bytes] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -105,6 +112,10 @@ class LoopbackHub:
             if path.is_file()
         }
         return self.commit(repo_type, repo, files, branch, sha)
+
+    def publish_github(self, repo: str, commit: str, path: str, data: bytes) -> None:
+        """Serve a file of a GitHub repository at a commit on the raw file server route."""
+        self.github[(repo, commit, path)] = data
 
     def fail(self, path: str, status: int = 500, times: int = 1) -> None:
         """Answer the next `times` requests whose URL path ends with `path` with `status`."""
@@ -197,7 +208,16 @@ def _handler(hub: LoopbackHub) -> type[BaseHTTPRequestHandler]:
                 self._error(status, None, "injected failure")
                 return
             api, resolve = API.match(path), RESOLVE.match(path)
-            if api:
+            if path.startswith(GITHUB_RAW_PREFIX):
+                raw = GITHUB_RAW.match(path)
+                data = hub.github.get(raw.groups()) if raw else None
+                if data is None:
+                    self._send(404, b"404: Not Found", {"Content-Type": "text/plain"})
+                elif path.endswith(tuple(hub.corrupted)):
+                    self._send(200, bytes(byte ^ 0xFF for byte in data))
+                else:
+                    self._send(200, data, {"Content-Type": "text/plain; charset=utf-8"})
+            elif api:
                 kind, repo, action, rev, rest = api.groups()
                 found = self._lookup(kind[:-1], repo, rev)
                 if found is not None:
@@ -266,7 +286,13 @@ def _handler(hub: LoopbackHub) -> type[BaseHTTPRequestHandler]:
 
 def client_environment(hub: LoopbackHub, hf_home: Path) -> dict[str, str]:
     """Environment variables that point a new process's huggingface_hub at the hub."""
-    return {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(hf_home), "HF_HUB_DISABLE_XET": "1"}
+    return {
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_DISABLE_XET": "1",
+        "VLBENCH_GITHUB_RAW_ENDPOINT": hub.endpoint + GITHUB_RAW_PREFIX,
+        "VLBENCH_REFERENCE_CACHE": str(hf_home / "vlbench-reference"),
+    }
 
 
 @pytest.fixture

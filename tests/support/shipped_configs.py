@@ -12,6 +12,10 @@ relative paths and the reference map. What changes, and why:
   holding a miniature in the repository's real layout (tests/support/fixtures_sources.py);
 - every folder under `data_root` is made by `vlbench import` from a miniature in its
   publisher's layout (tests/support/fixtures_publishers.py), or written in the Karpathy layout;
+- every reference annotation file (`source.reference`) is served by the same loopback server's
+  GitHub raw route at the pinned repository, commit and path, made from the hub miniature in the
+  reference's real layout (tests/support/fixtures_sources.py); its `sha256` becomes the
+  miniature's (the pinned one is the full file's);
 - `expected` row counts are dropped: they are the full datasets' counts;
 - the run asks for the paper tables and their coverage (every job they need), not for the
   per-benchmark plots, provenance pages and examples, which the demo's run covers;
@@ -20,8 +24,9 @@ relative paths and the reference map. What changes, and why:
   every embedding job seconds, which 126 (model, benchmark) jobs of biocap.yaml would pay 126
   times.
 
-Zero-shot miniatures hold six images per class: few-shot accuracy (on by default for every
-zero-shot benchmark, k = 1 and 5) needs k images per class and at least one left to query.
+Zero-shot miniatures hold six images per class, except where the real data is smaller: IDLE-OO
+island's 'domestic chicken' and 'petrel chick' have one image each (so its five-shot is not
+computable, as on the real data) and one Rare Species species has fewer images than the others.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from fixtures_publishers import (
     write_retrieval,
 )
 from fixtures_sources import (
+    IDLE_SUBSETS,
+    rare_species_reference,
     write_biovita_repo,
     write_biovita_t2i_repo,
     write_idle_oo_repo,
@@ -72,14 +79,40 @@ HUB_FIXTURES: dict[str, Callable[[Path], object]] = {
     "Alejandro98/BioMedFlickr": lambda root: write_synthetic_biomedflickr(root, 12, 3),
     "myang333/BioVITAI2TRetrieval": lambda root: write_biovita_repo(root, n_queries=6),
     "myang333/BioVITAT2IRetrieval": lambda root: write_biovita_t2i_repo(root, n_queries=6),
-    "imageomics/rare-species": lambda root: write_rare_species_repo(root, per_class=6),
-    "imageomics/IDLE-OO-Camera-Traps": lambda root: write_idle_oo_repo(root, per_class=6),
+    # One species short of the others, as five of the real 400 are.
+    "imageomics/rare-species": lambda root: write_rare_species_repo(root, 6, sizes={2: 5}),
+    "imageomics/IDLE-OO-Camera-Traps": lambda root: write_idle_oo_repo(root, 6, island_shape=True),
     # One query per supercategory, so every INQUIRE column of BioCAP Table 2 has a value.
     "evendrow/INQUIRE-Rerank": lambda root: write_inquire_repo(root, n_queries=4, per_query=6),
     "nlphuji/flickr_1k_test_image_text_retrieval": lambda root: write_nlphuji_repo(root, 4),
     "nlphuji/mscoco_2014_5k_test_image_text_retrieval": _nlphuji_coco,
     "clip-benchmark/wds_flickr30k": lambda root: write_wds_repo(root, 4, per_shard=2),
     "clip-benchmark/wds_mscoco_captions": lambda root: write_wds_repo(root, 4, per_shard=3),
+}
+
+
+def _rare_species_reference(hub_folder: Path) -> bytes:
+    import csv
+
+    with open(hub_folder / "metadata.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))[1:]
+    return rare_species_reference(rows)
+
+
+# (GitHub repository, path) of a reference annotation file -> its miniature, made from the hub
+# miniature of the repository the benchmark reads its images from.
+REFERENCE_FIXTURES: dict[tuple[str, str], Callable[[Path], bytes]] = {
+    (
+        "Imageomics/biocap",
+        "data/classification_annotation/rare_species/metadata.csv",
+    ): _rare_species_reference,
+    **{
+        (
+            "Imageomics/biocap",
+            f"data/classification_annotation/camera_trap/{subset}-balanced.csv",
+        ): (lambda hub_folder, subset=subset: (hub_folder / f"{subset}-balanced.csv").read_bytes())
+        for subset in IDLE_SUBSETS
+    },
 }
 
 
@@ -145,15 +178,20 @@ def tiny_checkpoints(keys: list[str], folder: Path) -> dict[str, dict[str, Any]]
     return specs
 
 
-def as_tested(config: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
-    """The shipped config with tiny seeded checkpoints under the same model keys and no
-    `expected` counts."""
+def as_tested(
+    config: dict[str, Any], checkpoints: Path, references: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The shipped config with tiny seeded checkpoints under the same model keys, no
+    `expected` counts, and each reference file's sha256 that of its miniature
+    (`references`: benchmark key -> sha256)."""
     tested = dict(config)
     tested["models"] = tiny_checkpoints(list(config["models"]), checkpoints)
-    tested["benchmarks"] = {
-        key: {**spec, "source": {k: v for k, v in spec["source"].items() if k != "expected"}}
-        for key, spec in config["benchmarks"].items()
-    }
+    tested["benchmarks"] = {}
+    for key, spec in config["benchmarks"].items():
+        source = {k: v for k, v in spec["source"].items() if k != "expected"}
+        if "reference" in source:
+            source["reference"] = {**source["reference"], "sha256": (references or {})[key]}
+        tested["benchmarks"][key] = {**spec, "source": source}
     return tested
 
 
@@ -176,13 +214,26 @@ def local_folders(config: dict[str, Any]) -> list[str]:
     )
 
 
-def publish(hub: LoopbackHub, config: dict[str, Any], scratch: Path) -> None:
-    """Serve a miniature of each of the config's hub repositories, at its pinned commit."""
+def publish(hub: LoopbackHub, config: dict[str, Any], scratch: Path) -> dict[str, str]:
+    """Serve a miniature of each of the config's hub repositories, at its pinned commit, and of
+    each reference annotation file; returns each reference's sha256 by benchmark key."""
+    import hashlib
+
     for repo, revision in hub_repos(config).items():
         folder = scratch / "hub" / repo
         if not folder.exists():
             HUB_FIXTURES[repo](folder)
         hub.commit_folder("dataset", repo, folder, sha=revision)
+    digests = {}
+    for key, spec in config["benchmarks"].items():
+        reference = spec["source"].get("reference")
+        if reference is None:
+            continue
+        hub_folder = scratch / "hub" / spec["source"]["repo"]
+        data = REFERENCE_FIXTURES[(reference["repo"], reference["path"])](hub_folder)
+        hub.publish_github(reference["repo"], reference["commit"], reference["path"], data)
+        digests[key] = hashlib.sha256(data).hexdigest()
+    return digests
 
 
 def make_data_root(config: dict[str, Any], data_root: Path, scratch: Path) -> None:
@@ -199,10 +250,10 @@ def run_shipped(
     """Run shipped config `name` (as tested) in `workdir` against `hub`; returns the process."""
     config = shipped(name)
     scratch = workdir / "fixtures"
-    publish(hub, config, scratch)
+    references = publish(hub, config, scratch)
     make_data_root(config, scratch / "data", scratch)
     configfile = workdir / f"{name}.yaml"
-    tested = as_tested(config, scratch / "checkpoints")
+    tested = as_tested(config, scratch / "checkpoints", references)
     configfile.write_text(yaml.safe_dump(tested, sort_keys=False), encoding="utf-8")
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
@@ -262,15 +313,16 @@ def check_every_cell_filled(
     also_allowed: dict[str, set[str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The run succeeded, made exactly the config's paper tables, and every cell of every
-    configured model's row is filled; a published cell stays empty only because no config can
-    reproduce its row (or for a reason `also_allowed` names for that table). Returns the
-    tables' coverage records."""
+    configured model's row is filled or says why it cannot be computed; a published cell stays
+    empty only because no config can reproduce its row (or for a reason `also_allowed` names
+    for that table). Returns the tables' coverage records."""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     tables = paper_tables(workdir)
     assert set(tables) == TABLES[name]
     models = set(shipped(name)["models"])
     for table, coverage in tables.items():
-        assert coverage["our_cells"] > 0 and coverage["our_filled"] == coverage["our_cells"], table
+        filled = coverage["our_filled"] + coverage["our_not_computable"]
+        assert coverage["our_cells"] > 0 and filled == coverage["our_cells"], table
         keys = {row["model_key"] for row in table_rows(workdir, table) if row["model_key"]}
         assert keys == models, table
         allowed = {"not reproducible"} | (also_allowed or {}).get(table, set())

@@ -14,6 +14,7 @@ from vlbench.config import source_kind
 from vlbench.data.decode_policy import resolve_policy
 from vlbench.data.sources import source_format
 from vlbench.data.sources.download import fetch_snapshot
+from vlbench.data.sources.reference_files import fetch_reference
 from vlbench.data.sources.writer import write_canonical
 from vlbench.errors import VlbenchError, require_path
 from vlbench.protocols import protocol as protocol_record
@@ -29,7 +30,18 @@ UNREADABLE = (
     KeyError,
     ValueError,
 )
-LAYOUT_KEYS = ("format", "config", "subset", "annotations", "images", "archive", "image_name")
+LAYOUT_KEYS = (
+    "format",
+    "config",
+    "subset",
+    "annotations",
+    "images",
+    "archive",
+    "image_name",
+    "reference",
+)
+# The formats that can read a reference evaluation's own annotation file (`source.reference`).
+REFERENCE_FORMATS = ("imagefolder_csv",)
 
 
 def _provenance(source: dict[str, Any], kind: str, root: Path) -> dict[str, Any]:
@@ -69,6 +81,15 @@ def prepare_benchmark(
     name, layout = source_format(protocol, source, where)
     decode = resolve_policy(layout.decode, settings.get("decode"), f"benchmarks.{benchmark}")
     kind = source_kind(source)
+    read = dict(source)
+    if "reference" in source:
+        if name not in REFERENCE_FORMATS:
+            raise VlbenchError(
+                f"{where}.reference: format {name!r} does not read a reference annotation file "
+                f"(formats that do: {', '.join(REFERENCE_FORMATS)})"
+            )
+        local = fetch_reference(source["reference"], f"{where}.reference")
+        read["reference"] = {**source["reference"], "local": str(local)}
     if kind == "hub":
         if layout.hub_patterns is None:
             raise VlbenchError(f"{where}: format {name!r} is read from a local path, not the hub")
@@ -83,7 +104,7 @@ def prepare_benchmark(
     else:
         root = require_path(local_dir or source.get("path", ""), f"{where}.path", directory=True)
     try:
-        data = layout.load(root, source, settings, where)
+        data = layout.load(root, read, settings, where)
         return write_canonical(
             data,
             protocol,

@@ -2,6 +2,15 @@
 
 Covers the hub image-folder repos (Rare Species, IDLE-OO Camera Traps) and the user-supplied
 folders (NABirds, Meta-Album) that BioCAP reads as a `metadata.csv` with `filepath,class`.
+
+A source with a `reference` annotation file (the CSV a paper's evaluation code reads,
+`vlbench.data.sources.reference_files`) is read from that file instead of the source's own
+annotations: its rows, in its order, with its class columns, are the images and classes. Each
+row's file is found under the source's image folder either as written (`filepath` relative to
+it) or, with `join`, by the key a regular expression's groups take from both the row's file
+and the image files' paths (e.g. Rare Species' `<eol_content_id>_<eol_page_id>` in both the
+reference's `2024-03-20/...-copy.jpg` and the hub's `dataset/<taxon>/...-copy.jpg`). A row
+that finds no image, or a key two images share, stops the prepare job naming the rows.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -125,29 +135,113 @@ def _read_rows(
         return list(reader)
 
 
-def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: str) -> SourceData:
-    """One text per class x template (group = class); images carry their true class."""
-    text_type = benchmark.get("text_type", "asis")
-    if text_type not in TEXT_TYPES:
-        raise VlbenchError(f"{where}: text_type must be one of {', '.join(TEXT_TYPES)}")
+# Rows of a reference file named in one error before "and N more".
+_NAMED_ROWS = 5
+
+
+def _image_keys(folder: Path, pattern: re.Pattern[str], where: str) -> dict[tuple, str]:
+    """Join key -> path (relative to `folder`) of every file under it whose path matches."""
+    keys: dict[tuple, str] = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder).as_posix()
+        match = pattern.search(relative)
+        if match is None or not path.is_file():
+            continue
+        key = match.groups() or (match.group(0),)
+        if key in keys:
+            raise VlbenchError(
+                f"{where}.join: images {keys[key]!r} and {relative!r} under {folder} share the "
+                f"join key {key}"
+            )
+        keys[key] = relative
+    return keys
+
+
+def _reference_records(
+    root: Path, source: dict[str, Any], text_type: str, where: str
+) -> list[tuple[str, Path, str, str]]:
+    """(image id, image file, class text, file and line) of every row of the reference file,
+    in its order; rows whose image cannot be found stop here, named."""
+    reference = source["reference"]
+    path = Path(reference["local"])
+    columns = {**DEFAULT_COLUMNS, **reference.get("columns", {})}
+    images = _as_list(source.get("images"), ["."])
+    if len(images) != 1:
+        raise VlbenchError(f"{where}.images: a reference file reads one image folder")
+    folder = ContainedFolder(root / images[0], follows_links(source))
+    join = re.compile(reference["join"]) if reference.get("join") else None
+    keys = _image_keys(folder.folder, join, f"{where}.reference") if join else {}
+    records, unjoined, seen = [], [], set()
+    for number, row in enumerate(_read_rows(path, columns, text_type, where), start=2):
+        written = row.get(columns["file"]) or ""
+        text = class_text(row, columns, text_type)
+        line = f"{path}: line {number}"
+        if not written or not text.strip():
+            raise VlbenchError(f"{line}: empty file path or class")
+        if written in seen:
+            raise VlbenchError(f"{line}: file {written!r} is listed twice")
+        seen.add(written)
+        if join is None:
+            relative = written if (folder.folder / written).is_file() else None
+        else:
+            match = join.search(written)
+            key = (match.groups() or (match.group(0),)) if match else None
+            relative = keys.get(key) if key is not None else None
+        if relative is None:
+            unjoined.append(f"line {number} ({written!r})")
+            continue
+        records.append((written, folder.path(relative, line), text, line))
+    if unjoined:
+        named = ", ".join(unjoined[:_NAMED_ROWS])
+        more = f" and {len(unjoined) - _NAMED_ROWS} more" if len(unjoined) > _NAMED_ROWS else ""
+        how = f"by {join.pattern!r}" if join else "as written"
+        raise VlbenchError(
+            f"{where}.reference: {len(unjoined)} row(s) of {path} ({reference['repo']} @ "
+            f"{reference['commit'][:12]}, {reference['path']}) find no image under "
+            f"{folder.folder} {how}: {named}{more}"
+        )
+    return records
+
+
+def _annotation_records(
+    root: Path, source: dict[str, Any], text_type: str, where: str
+) -> list[tuple[str, Path, str, str]]:
+    """(image id, image file, class text, file and line) of every row of the source's own
+    annotation file(s), in file order."""
     columns = {**DEFAULT_COLUMNS, **source.get("columns", {})}
     files = _annotation_files(root, source, where)
     prefix_ids = len(files) > 1
-    # A class is its text (the reference's `data['class'].unique()`), numbered in order of
-    # first appearance as the reference numbers its classes: two common names of one taxon
-    # are two classes under taxon_com.
-    records: list[tuple[str, Path, str, str]] = []
-    classes: dict[str, None] = {}
+    records = []
     for path, folder in files:
         for number, row in enumerate(_read_rows(path, columns, text_type, where), start=2):
             relative = row.get(columns["file"]) or ""
             text = class_text(row, columns, text_type)
             if not relative or not text.strip():
                 raise VlbenchError(f"{path}: line {number}: empty file path or class")
-            classes.setdefault(text)
             image_id = f"{path.stem}/{relative}" if prefix_ids else relative
             line = f"{path}: line {number}"
             records.append((image_id, folder.path(relative, line), text, line))
+    return records
+
+
+def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: str) -> SourceData:
+    """One text per class x template (group = class); images carry their true class."""
+    text_type = benchmark.get("text_type", "asis")
+    if text_type not in TEXT_TYPES:
+        raise VlbenchError(f"{where}: text_type must be one of {', '.join(TEXT_TYPES)}")
+    if "reference" in source:
+        records = _reference_records(root, source, text_type, where)
+        annotations = [source["reference"]["path"]]
+    else:
+        records = _annotation_records(root, source, text_type, where)
+        annotations = [
+            str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+            for path, _ in _annotation_files(root, source, where)
+        ]
+    # A class is its text (the reference's `data['class'].unique()`), numbered in order of
+    # first appearance as the reference numbers its classes: two common names of one taxon
+    # are two classes under taxon_com.
+    classes = dict.fromkeys(text for _, _, text, _ in records)
     prompts = templates(benchmark.get("templates", "openai_imagenet"))
     texts = [
         (f"c{ci:05d}-t{ti:02d}", prompt(text), text)
@@ -164,17 +258,17 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
         "n_templates": len(prompts),
         "text_type": text_type,
         "templates": benchmark.get("templates", "openai_imagenet"),
-        "annotations": [
-            str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-            for path, _ in files
-        ],
+        "annotations": annotations,
     }
     return SourceData(images(), texts, [], info=info)
 
 
 def hub_patterns(source: dict[str, Any]) -> list[str]:
-    """The annotation files plus the image folders (everything with an image suffix if unnamed)."""
-    annotations = _as_list(source.get("annotations"), ["metadata.csv"])
+    """The annotation files plus the image folders (everything with an image suffix if unnamed);
+    with a reference annotation file, the image folders only."""
+    annotations = (
+        [] if "reference" in source else _as_list(source.get("annotations"), ["metadata.csv"])
+    )
     folders = [f.strip("/") for f in _as_list(source.get("images"), []) if f.strip("./")]
     images = [f"{folder}/**" for folder in folders] or [
         "**/*.jpg",
