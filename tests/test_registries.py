@@ -82,11 +82,13 @@ def test_every_enum_of_the_schema_is_checked_here() -> None:
                 yield from enums(value, f"{path}.{index}")
 
     # Enums that are only the schema's (no code lists them): the choices of two top-level
-    # keys, and the column roles of the annotation-file sources.
+    # keys, and the column roles of the annotation-file sources and reference files.
     own = {
         "properties.missing_data",
         "properties.pins",
         "$defs.source.oneOf.0.properties.columns.propertyNames",
         "$defs.source.oneOf.1.properties.columns.propertyNames",
+        "$defs.source.oneOf.0.properties.reference.properties.columns.propertyNames",
+        "$defs.source.oneOf.1.properties.reference.properties.columns.propertyNames",
     }
     assert set(enums(load_schema(SCHEMA), "")) - own == set(SCHEMA_ENUMS)
