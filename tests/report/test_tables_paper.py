@@ -15,7 +15,12 @@ from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
 
 from vlbench.errors import VlbenchError
 from vlbench.report.paper_layouts import LAYOUTS, layouts_for
-from vlbench.report.paper_tables import build_paper_table, match_metric_rows, wilson_low
+from vlbench.report.paper_tables import (
+    PaperTable,
+    build_paper_table,
+    match_metric_rows,
+    wilson_low,
+)
 from vlbench.report.reference import (
     ReferenceMap,
     read_map,
@@ -436,16 +441,18 @@ def test_inquire_supercategories_join_whatever_their_casing() -> None:
         assert found[("m", labels.index(f"INQUIRE {name}"))]["value"] == 30.0 + i
 
 
-def test_fewshot_table_sets_zero_one_and_five_shot_side_by_side_and_names_flags() -> None:
-    """BioCLIP's layout on Rare Species: published cells from the dataset card, our few-shot
-    rows (image_to_image, k = shots) beside the zero-shot row; a flagged benchmark is noted."""
+def fewshot_table(five_shot: float | None, column: str, values: tuple) -> PaperTable:
+    """BioCLIP's few-shot layout filled with a bioclip row (zero-, one-, five-shot on Rare
+    Species); `column` takes `values` in the one- and five-shot rows (the zero-shot row: None)."""
     zero = metric_row("bioclip", "rare-species", I2T, 1, 37.5, 1.0, 0.25, ZEROSHOT)
     one = metric_row("bioclip", "rare-species", "image_to_image", 1, 45.2, 0.8, 0.25)
-    five = metric_row("bioclip", "rare-species", "image_to_image", 5, 64.9, 0.5, 0.25)
-    for row, short in ((one, 0), (five, 3)):
-        row.update(metric="fewshot_accuracy", n_short_classes=short)
-    zero["n_short_classes"] = None
-    table = build_paper_table(
+    five = metric_row("bioclip", "rare-species", "image_to_image", 5, five_shot or 0.0, 0.5, 0.25)
+    for row, value in zip((one, five), values, strict=True):
+        row.update({"metric": "fewshot_accuracy", column: value})
+    zero[column] = None
+    if five_shot is None:
+        five.update(value=None, ci_low=None, ci_high=None)
+    return build_paper_table(
         LAYOUTS["bioclip-fewshot"],
         pl.DataFrame([zero, one, five]),
         read_reference(SHIPPED_REFERENCE),
@@ -453,6 +460,12 @@ def test_fewshot_table_sets_zero_one_and_five_shot_side_by_side_and_names_flags(
         ["rare-species"],
         tolerance=0.5,
     )
+
+
+def test_fewshot_table_sets_zero_one_and_five_shot_side_by_side_and_names_flags() -> None:
+    """BioCLIP's layout on Rare Species: published cells from the dataset card, our few-shot
+    rows (image_to_image, k = shots) beside the zero-shot row; a flagged benchmark is noted."""
+    table = fewshot_table(64.9, "n_short_classes", (0, 3))
     assert table.labels == [
         "Rare Species zero-shot", "Rare Species one-shot", "Rare Species five-shot",
     ]  # fmt: skip
@@ -478,21 +491,7 @@ def test_a_not_computable_cell_is_marked_noted_and_counted_apart_from_the_filled
     from vlbench.report.table_writers import cell_text
 
     reason = "k=5: 1 class(es) with fewer than 5 images: 'x' (3)"
-    zero = metric_row("bioclip", "rare-species", I2T, 1, 37.5, 1.0, 0.25, ZEROSHOT)
-    one = metric_row("bioclip", "rare-species", "image_to_image", 1, 45.2, 0.8, 0.25)
-    five = metric_row("bioclip", "rare-species", "image_to_image", 5, 0.0, 0.0, 0.25)
-    for row in (one, five):
-        row.update(metric="fewshot_accuracy", not_computable=None)
-    five.update(not_computable=reason, value=None, ci_low=None, ci_high=None)
-    zero["not_computable"] = None
-    table = build_paper_table(
-        LAYOUTS["bioclip-fewshot"],
-        pl.DataFrame([zero, one, five]),
-        read_reference(SHIPPED_REFERENCE),
-        read_map(SHIPPED_MAP),
-        ["rare-species"],
-        tolerance=0.5,
-    )
+    table = fewshot_table(None, "not_computable", (None, reason))
     ours = next(row for row in table.rows if row.model_key == "bioclip")
     assert [cell.not_computable for cell in ours.cells] == ["", "", reason]
     assert cell_text(ours.cells[2]) == "n/c / 65.7 / –"  # published as printed
