@@ -174,3 +174,20 @@ def test_camera_trap_reference_paths_name_the_hub_images_as_written(
     chicken = f"{taxa} Galliformes Phasianidae Gallus gallus with common name domestic chicken"
     assert counts[chick] == 1 and counts[chicken] == 1
     assert os.path.basename(images["image_id"][0]).endswith(".png")
+
+
+def test_a_transient_failure_is_retried_and_an_unreachable_server_says_what_to_do(
+    served, tmp_path, loopback_hub, monkeypatch
+) -> None:
+    source, rows = served
+    loopback_hub.fail(RARE_PATH, status=503)
+    images = prepare(source, tmp_path / "out")  # the second attempt succeeds
+    assert len(images) == len(rows) and loopback_hub.served("GET", RARE_PATH) == [503, 200]
+    monkeypatch.setenv("VLBENCH_REFERENCE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("VLBENCH_GITHUB_RAW_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setattr(download, "ATTEMPTS", 2)
+    with pytest.raises(VlbenchError) as error:
+        prepare(source, tmp_path / "again")
+    message = str(error.value)
+    assert "could not be fetched after 2 attempts" in message and "\n" not in message
+    assert f"put a copy of the file at {tmp_path / 'empty-cache'}" in message

@@ -13,9 +13,11 @@ relative paths and the reference map. What changes, and why:
 - every folder under `data_root` is made by `vlbench import` from a miniature in its
   publisher's layout (tests/support/fixtures_publishers.py), or written in the Karpathy layout;
 - every reference annotation file (`source.reference`) is served by the same loopback server's
-  GitHub raw route at the pinned repository, commit and path, made from the hub miniature in the
-  reference's real layout (tests/support/fixtures_sources.py); its `sha256` becomes the
-  miniature's (the pinned one is the full file's);
+  GitHub raw route at the pinned repository, commit and path, made from the miniature the
+  benchmark reads its images from (hub repository or data_root folder) in the reference's real
+  layout (tests/support/fixtures_sources.py; for NABirds and Meta-Album, the metadata.csv
+  `vlbench import` wrote, which is BioCAP's layout); its `sha256` becomes the miniature's (the
+  pinned one is the full file's);
 - `expected` row counts are dropped: they are the full datasets' counts;
 - the run asks for the paper tables and their coverage (every job they need), not for the
   per-benchmark plots, provenance pages and examples, which the demo's run covers;
@@ -99,8 +101,12 @@ def _rare_species_reference(hub_folder: Path) -> bytes:
     return rare_species_reference(rows)
 
 
-# (GitHub repository, path) of a reference annotation file -> its miniature, made from the hub
-# miniature of the repository the benchmark reads its images from.
+def _imported_metadata(folder: Path) -> bytes:
+    return (folder / "metadata.csv").read_bytes()
+
+
+# (GitHub repository, path) of a reference annotation file -> its miniature, made from the
+# miniature of the hub repository or data_root folder the benchmark reads its images from.
 REFERENCE_FIXTURES: dict[tuple[str, str], Callable[[Path], bytes]] = {
     (
         "Imageomics/biocap",
@@ -112,6 +118,16 @@ REFERENCE_FIXTURES: dict[tuple[str, str], Callable[[Path], bytes]] = {
             f"data/classification_annotation/camera_trap/{subset}-balanced.csv",
         ): (lambda hub_folder, subset=subset: (hub_folder / f"{subset}-balanced.csv").read_bytes())
         for subset in IDLE_SUBSETS
+    },
+    ("Imageomics/biocap", "data/classification_annotation/nabirds/metadata.csv"): (
+        _imported_metadata
+    ),
+    **{
+        (
+            "Imageomics/biocap",
+            f"data/classification_annotation/meta-album/{code}_Mini/metadata.csv",
+        ): (_imported_metadata)
+        for code in ("PLK", "INS", "INS_2", "PLT_NET", "FNG", "PLT_VIL", "MED_LF")
     },
 }
 
@@ -214,9 +230,12 @@ def local_folders(config: dict[str, Any]) -> list[str]:
     )
 
 
-def publish(hub: LoopbackHub, config: dict[str, Any], scratch: Path) -> dict[str, str]:
+def publish(
+    hub: LoopbackHub, config: dict[str, Any], scratch: Path, data_root: Path
+) -> dict[str, str]:
     """Serve a miniature of each of the config's hub repositories, at its pinned commit, and of
-    each reference annotation file; returns each reference's sha256 by benchmark key."""
+    each reference annotation file (made from the hub miniatures and the data_root folders,
+    which must exist); returns each reference's sha256 by benchmark key."""
     import hashlib
 
     for repo, revision in hub_repos(config).items():
@@ -229,8 +248,13 @@ def publish(hub: LoopbackHub, config: dict[str, Any], scratch: Path) -> dict[str
         reference = spec["source"].get("reference")
         if reference is None:
             continue
-        hub_folder = scratch / "hub" / spec["source"]["repo"]
-        data = REFERENCE_FIXTURES[(reference["repo"], reference["path"])](hub_folder)
+        source = spec["source"]
+        folder = (
+            scratch / "hub" / source["repo"]
+            if "repo" in source
+            else data_root / source["path"].removeprefix(DATA_ROOT_PREFIX)
+        )
+        data = REFERENCE_FIXTURES[(reference["repo"], reference["path"])](folder)
         hub.publish_github(reference["repo"], reference["commit"], reference["path"], data)
         digests[key] = hashlib.sha256(data).hexdigest()
     return digests
@@ -250,8 +274,8 @@ def run_shipped(
     """Run shipped config `name` (as tested) in `workdir` against `hub`; returns the process."""
     config = shipped(name)
     scratch = workdir / "fixtures"
-    references = publish(hub, config, scratch)
     make_data_root(config, scratch / "data", scratch)
+    references = publish(hub, config, scratch, scratch / "data")
     configfile = workdir / f"{name}.yaml"
     tested = as_tested(config, scratch / "checkpoints", references)
     configfile.write_text(yaml.safe_dump(tested, sort_keys=False), encoding="utf-8")

@@ -73,7 +73,7 @@ def _download(url: str, target: Path, where: str, sleep: Callable[[float], None]
         if attempt == attempts:
             raise VlbenchError(
                 f"{where}: {url} could not be fetched after {attempts} attempts ({failure}); "
-                f"offline, put the file in {cache_dir()} or point ${ENDPOINT_ENV} at a mirror"
+                f"offline, put a copy of the file at {target} or point ${ENDPOINT_ENV} at a mirror"
             )
         delay = download.FIRST_DELAY_S * 2 ** (attempt - 1)
         LOG.warning("fetching %s failed (%s); retrying in %.0f s", url, failure, delay)
