@@ -4,7 +4,8 @@ The file formats are documented in docs/score.md. `vlbench lock CONFIG` pins eve
 download of a config in its lock file (vlbench.workflow.lock_command); `vlbench preflight CONFIG`
 prints the state of every model and benchmark (vlbench.workflow.preflight_command);
 `vlbench import <dataset> SRC DEST` turns a dataset as its publisher distributes it into the
-folder a config reads (vlbench.data.importers).
+folder a config reads (vlbench.data.importers); `vlbench clean MODEL [BENCHMARK]` removes a
+model's stored embeddings and what was made from them (vlbench.workflow.clean_command).
 """
 
 from __future__ import annotations
@@ -300,6 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="settings for this run, as snakemake --config (dotted keys set nested ones)",
     )
+    clean = commands.add_parser(
+        "clean",
+        help="remove a model's stored embeddings (of one benchmark, or all) and the index, "
+        "ranks and metrics made from them, so that the next run makes them again",
+    )
+    clean.add_argument("model", help="the model key")
+    clean.add_argument("benchmark", nargs="?", help="the benchmark key (default: every one)")
+    clean.add_argument("--results", default="results", help="the results folder (default: results)")
     add_import_parser(commands)
     return parser
 
@@ -453,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_preflight(args.config, args.data_root, args.overrides)
     if args.command == "import":
         return run_import(args)
+    if args.command == "clean":
+        from vlbench.workflow.clean_command import run_clean
+
+        return run_clean(args.model, args.benchmark, args.results)
     try:
         rows = run_score(args)
     except VlbenchError as error:

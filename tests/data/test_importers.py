@@ -39,9 +39,14 @@ SHIPPED = yaml.safe_load((REPO / "config" / "biocap.yaml").read_text(encoding="u
 
 
 def shipped(key: str, dest: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A benchmark entry of config/biocap.yaml as shipped, its source folder moved to `dest`."""
+    """A benchmark entry of config/biocap.yaml as shipped, its source folder moved to `dest`
+    and its reference file (BioCAP's metadata.csv) the one the import wrote in BioCAP's layout,
+    as the prepare job hands the loader the fetched copy."""
     spec = SHIPPED["benchmarks"][key]
-    return spec, {**spec["source"], "path": str(dest)}
+    source = {**spec["source"], "path": str(dest)}
+    if "reference" in source:
+        source["reference"] = {**source["reference"], "local": str(dest / "metadata.csv")}
+    return spec, source
 
 
 def leftovers(parent: Path) -> list[str]:

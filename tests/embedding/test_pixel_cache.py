@@ -28,6 +28,7 @@ from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter, source_f
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
 from vlbench.errors import VlbenchError
+from vlbench.hashing import sidecar
 
 ROWS = 21
 
@@ -165,6 +166,7 @@ def test_a_job_needing_a_shard_another_job_is_decoding_waits_and_reads_it(
         second.start()
         second.join(timeout=1.0)
         assert second.is_alive() and "pixel_cache" not in stats  # waiting, not decoding
+        shutil.copyfile(sidecar(made), sidecar(cache.shard_path(0, ROWS)))  # its digest first
         shutil.copyfile(made, cache.shard_path(0, ROWS))
     second.join(timeout=60)
     assert stats["pixel_cache"].startswith("hit after waiting")

@@ -12,6 +12,7 @@ import pytest
 from workflow_helpers import validate
 
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
+from vlbench.embedding.shard_files import MatrixFiles, save_matrix
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction
@@ -26,8 +27,8 @@ def canonical(root: Path, images, texts, qrels, candidates=()) -> Path:
         ids, groups = [r[0] for r in rows], [r[1] for r in rows]
         payload = [b""] * len(rows) if name == "images" else ["t"] * len(rows)
         pq.write_table(pa.table([ids, payload, groups], schema=schema), data / f"{name}.parquet")
-        np.save(root / f"{name}.npy", np.array([r[2] for r in rows], dtype=np.float32))
-        pq.write_table(pa.table({"id": ids}), root / f"{name}.ids.parquet")
+        matrix = np.array([r[2] for r in rows], dtype=np.float32)
+        save_matrix(MatrixFiles.at(root / name), ids, matrix, {})
         build_flat_index(root / f"{name}.npy", root / f"{name}.faiss")
     columns = list(zip(*qrels, strict=True)) if qrels else [[], [], []]
     pq.write_table(pa.table(columns, schema=QRELS_SCHEMA), data / "qrels.parquet")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import faiss
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -14,6 +13,8 @@ import pytest
 from PIL import Image
 
 from vlbench.data.canonical import IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
+from vlbench.embedding.shard_files import MatrixFiles, save_matrix
+from vlbench.rank.index import build_flat_index
 from vlbench.report.plots import model_bars, recall_curves, write_benchmark_plots
 from vlbench.report.qualitative import (
     pick_queries,
@@ -131,11 +132,8 @@ def prepared(tmp_path: Path) -> dict[str, Path]:
     )
     paths = {"data": data}
     for name, matrix, ids in (("image", images, image_ids), ("text", texts, text_ids)):
-        np.save(tmp_path / f"{name}.npy", matrix, allow_pickle=False)
-        pq.write_table(pa.table({"id": ids}), tmp_path / f"{name}.ids.parquet")
-        index = faiss.IndexFlatIP(dim)
-        index.add(matrix)
-        faiss.write_index(index, str(tmp_path / f"{name}.faiss"))
+        save_matrix(MatrixFiles.at(tmp_path / name), ids, matrix, {})
+        build_flat_index(tmp_path / f"{name}.npy", tmp_path / f"{name}.faiss")
         paths[name] = tmp_path / name
     return paths
 

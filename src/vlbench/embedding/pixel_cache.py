@@ -8,7 +8,10 @@ width, 3). A shard appears under its final name only when complete; until then i
 ``.rows-<start>-<stop>-<digest>.npy.<random>.partial`` file locked by its writer. A job that
 finds a shard missing takes the shard's fill lock (``.rows-...npy.lock``) before decoding: a
 second job that needs the same shard meanwhile waits for it and then reads the finished shard,
-so images are decoded once even when several models' jobs start together.
+so images are decoded once even when several models' jobs start together. Each shard's digest
+sits beside it (``rows-...npy.xxh3``, `vlbench.hashing`), written before the shard takes its
+final name; a shard whose bytes no longer match it (or that has none) is not used: it is
+removed and its rows decoded again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -37,7 +41,9 @@ from vlbench.atomic import (
     write_text,
 )
 from vlbench.data.decode_policy import LEGACY, read_policy
+from vlbench.hashing import remove_with_sidecar, sidecar_mismatch, write_sidecar
 
+LOG = logging.getLogger("vlbench")
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -82,9 +88,15 @@ class PixelCache:
         return self.directory / f"rows-{start:09d}-{stop:09d}{self.suffix}.npy"
 
     def load(self, start: int, stop: int) -> np.ndarray | None:
-        """The cached pixels of rows [start, stop), memory-mapped; None when not cached."""
+        """The cached pixels of rows [start, stop), memory-mapped; None when not cached (or
+        when the cached shard fails its digest: it is removed, to be decoded again)."""
         path = self.shard_path(start, stop)
         if not path.is_file():
+            return None
+        problem = sidecar_mismatch(path)
+        if problem is not None:
+            LOG.warning("pixel cache %s: %s; not used, decoding its rows again", path, problem)
+            remove_with_sidecar(path)
             return None
         pixels = np.load(path, mmap_mode="r", allow_pickle=False)
         if pixels.ndim != 4 or pixels.shape[0] != stop - start or pixels.dtype != np.uint8:
@@ -187,6 +199,7 @@ class PixelShardWriter:
             self._array.flush()
             self._array = None
             if success and self.filled == self.rows:
+                write_sidecar(self._tmp, self.path)
                 os.replace(self._tmp, self.path)
                 self._tmp = None
                 published = True

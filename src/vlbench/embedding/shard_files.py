@@ -3,8 +3,11 @@
 An embedding job cuts each modality into shards (row ranges with a digest of their content)
 and stores each embedded shard in its resume folder as ``shard-XXXXX.npy`` (the matrix, float32
 or float16), ``.ids.parquet`` and ``.json`` (provenance), each atomically, the provenance last: it
-carries the shard's content key (which rows, by which model, how), so a rerun reuses a shard
-whose key still matches. The gather concatenates the shards into the job's declared outputs.
+carries the shard's content key (which rows, by which model, how) and the digests of the two
+other files (`vlbench.hashing`), so a rerun reuses a shard whose key still matches and whose
+bytes are still the ones written; a damaged one is embedded again. The gather concatenates the
+shards into the job's declared outputs, whose provenance records their digests too: every job
+that reads a gathered matrix checks them first and stops, naming the file, on a mismatch.
 Jobs that only read embedding matrices import this module, not the model stack.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +31,9 @@ from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap, write_te
 from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.decode_policy import LEGACY, policy_of_metadata
 from vlbench.errors import VlbenchError
+from vlbench.hashing import digests, mismatches, require_intact
 
+LOG = logging.getLogger("vlbench")
 IDS_SCHEMA = pa.schema([("id", pa.string())])
 STORAGE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -139,6 +145,11 @@ class MatrixFiles:
             stem.with_name(f"{stem.name}.json"),
         )
 
+    @property
+    def data(self) -> dict[str, Path]:
+        """The matrix and ids files, by the names their digests are recorded under."""
+        return {"embeddings": self.embeddings, "ids": self.ids}
+
 
 def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
     """What a shard's numbers depend on: its rows' content digest and the model's identity
@@ -165,7 +176,8 @@ class ShardStore:
         return embedding_content_key(shard.digest, self.identity)
 
     def stored(self, shard: Shard) -> dict[str, Any] | None:
-        """The provenance of a complete stored shard with the current key; None otherwise."""
+        """The provenance of a complete stored shard with the current key whose files still
+        hold the bytes written (their digests); None otherwise."""
         files = self.files(shard)
         try:
             record = json.loads(files.provenance.read_text(encoding="utf-8"))
@@ -173,7 +185,9 @@ class ShardStore:
             return None
         if record.get("content_key") != self.key(shard):
             return None
-        if not (files.embeddings.is_file() and files.ids.is_file()):
+        damaged = mismatches(files.data, record.get("files"))
+        if damaged:
+            LOG.warning("stored shard %s not reused, embedding it again", damaged[0])
             return None
         return record
 
@@ -183,11 +197,8 @@ class ShardStore:
         """Store a shard (ids, matrix, then its provenance with the content key); return the
         provenance. The old provenance goes first: a shard is complete only once it is back."""
         files = self.files(shard)
-        record = {**record, "content_key": self.key(shard)}
         files.provenance.unlink(missing_ok=True)
-        save_embeddings(ids, matrix, files.embeddings, files.ids)
-        write_text(files.provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
-        return record
+        return save_matrix(files, ids, matrix, {**record, "content_key": self.key(shard)})
 
 
 def read_embedding_ids(ids_path: str | Path) -> np.ndarray:
@@ -195,8 +206,30 @@ def read_embedding_ids(ids_path: str | Path) -> np.ndarray:
     return np.asarray(read_parquet(ids_path, columns=["id"]).column("id").to_pylist(), dtype=object)
 
 
+def clean_hint(path: str | Path) -> str:
+    """The one command that makes a damaged embedding or evaluation file of one (model,
+    benchmark) again (`results/<stage>/<model>/<benchmark>/<file>`)."""
+    path = Path(path)
+    model, benchmark = path.parent.parent.name, path.parent.name
+    return f"make it again with `vlbench clean {model} {benchmark}` and the same snakemake command"
+
+
+def require_gathered_intact(npy_path: str | Path) -> MatrixFiles:
+    """Check a gathered matrix and its ids against the digests its provenance recorded; stop
+    naming the damaged file (and the one command that makes it again) otherwise."""
+    files = MatrixFiles.at(Path(npy_path).with_suffix(""))
+    try:
+        recorded = json.loads(files.provenance.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    require_intact(files.data, recorded, clean_hint(files.embeddings))
+    return files
+
+
 def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a matrix (stored float32 or float16, returned float32) and its ids; check lengths."""
+    """Read a gathered matrix (stored float32 or float16, returned float32) and its ids, once
+    both match the digests recorded when they were written; check lengths."""
+    require_gathered_intact(npy_path)
     matrix = np.load(npy_path, allow_pickle=False)
     ids = read_embedding_ids(ids_path)
     if matrix.ndim != 2 or matrix.shape[0] != len(ids):
@@ -215,6 +248,22 @@ def save_embeddings(
     expected = npy_bytes(embeddings.dtype, embeddings.shape)
     with atomic_path(npy_path, expected_bytes=expected) as tmp, open(tmp, "wb") as handle:
         np.save(handle, embeddings, allow_pickle=False)
+
+
+def write_provenance(files: MatrixFiles, record: dict[str, Any]) -> dict[str, Any]:
+    """Write a matrix's provenance last, with the digests of its matrix and ids files (what
+    every later reader checks them against); return the record written."""
+    record = {**record, "files": digests(files.data)}
+    write_text(files.provenance, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
+
+
+def save_matrix(
+    files: MatrixFiles, ids: Sequence[str], matrix: np.ndarray, record: dict[str, Any]
+) -> dict[str, Any]:
+    """Write a matrix, its ids and (last) its provenance with their digests; return it."""
+    save_embeddings(ids, matrix, files.embeddings, files.ids)
+    return write_provenance(files, record)
 
 
 def gather_shards(
@@ -261,7 +310,7 @@ def gather_shards(
     merged = merge_provenance(records)
     if unified is not None:
         merged["duplicate_text_rows_unified"] = unified
-    write_text(out.provenance, json.dumps(merged, indent=2) + "\n")
+    write_provenance(out, merged)
     return rows
 
 
@@ -291,6 +340,7 @@ def unify_duplicate_texts(matrix: np.ndarray, source: str | Path, ids: Sequence[
 PER_SHARD_KEYS = (
     "rows",
     "content_key",
+    "files",
     "seconds",
     "items_per_second",
     "peak_rss_mb",

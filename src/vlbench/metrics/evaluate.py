@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlbench.embedding.shard_files import require_gathered_intact
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.paths import galleries
 from vlbench.protocols import DIRECTIONS, Protocol
@@ -74,6 +75,7 @@ def evaluate(
     `labels` holds benchmark, subset and model; `ranking` the tie policy and block size.
     """
     for gallery, index in out.indexes.items():
+        require_gathered_intact(embeddings[gallery].embeddings)
         build_flat_index(embeddings[gallery].embeddings, index)
     pairs = {}
     for direction in directions:

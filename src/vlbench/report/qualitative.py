@@ -16,10 +16,15 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from vlbench.data.canonical import ID_COLUMNS
-from vlbench.embedding.shard_files import read_embedding_ids
+from vlbench.embedding.shard_files import (
+    clean_hint,
+    read_embedding_ids,
+    require_gathered_intact,
+)
 from vlbench.errors import VlbenchError
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
+from vlbench.rank.index import require_index_intact
 from vlbench.report.plots import save_figure
 
 THUMBNAIL_PIXELS = 160
@@ -79,7 +84,14 @@ def search_examples(
     count: int,
     top: int = 5,
 ) -> list[Example]:
-    """Search the index with the picked queries' embeddings and keep the top items."""
+    """Search the index with the picked queries' embeddings and keep the top items, once the
+    query matrix, both id files and the index match the digests recorded when they were
+    written."""
+    gallery_ids_path = Path(gallery_ids_path)
+    gallery_npy = gallery_ids_path.with_name(gallery_ids_path.name.replace(".ids.parquet", ".npy"))
+    for matrix in (query_npy, gallery_npy):
+        require_gathered_intact(matrix)
+    require_index_intact(index_path, clean_hint(index_path))
     vectors = np.load(query_npy, mmap_mode="r", allow_pickle=False)
     query_ids, gallery_ids = (
         read_embedding_ids(query_ids_path),

@@ -1,0 +1,54 @@
+"""`vlbench clean MODEL [BENCHMARK]`: drop one model's stored embeddings and what was made from
+them, so that the same snakemake command makes them again.
+
+Snakemake reruns a job whose outputs are missing only when something downstream needs to run:
+deleting `results/embeddings/<model>/<benchmark>/` alone leaves the metric files and tables up
+to date, and the next run does nothing. This command also removes the (model, benchmark)'s
+index, ranks and metric files, which the tables depend on, so the next run embeds (reusing no
+stored shard of what it removed), evaluates and rewrites the tables. It removes nothing else:
+prepared data, the pixel cache (shared by every model; each entry is checked on use) and other
+models' files stay. Run it with no snakemake running in the same directory.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from vlbench.errors import VlbenchError
+
+# The results folders that hold one (model, benchmark)'s files: results/<stage>/<model>/<benchmark>.
+STAGES = ("embeddings", "index", "ranks", "metrics")
+KEY = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]+$")
+
+
+def clean(
+    model: str, benchmark: str | None, results: str | Path = "results", out: TextIO = sys.stdout
+) -> int:
+    """Remove the stage folders of a model (or of one of its benchmarks); return how many."""
+    for name, value in (("MODEL", model), ("BENCHMARK", benchmark)):
+        if value is not None and not KEY.match(value):
+            raise VlbenchError(f"{name} {value!r}: not a model or benchmark key")
+    folders = [Path(results, stage, model, *([benchmark] if benchmark else [])) for stage in STAGES]
+    present = [folder for folder in folders if folder.exists()]
+    if not present:
+        what = f"{model}/{benchmark}" if benchmark else model
+        raise VlbenchError(f"nothing of {what} under {results}/ ({', '.join(STAGES)})")
+    for folder in present:
+        shutil.rmtree(folder)
+        print(f"removed {folder}", file=out)
+    print("the same snakemake command now makes them again", file=out)
+    return len(present)
+
+
+def run_clean(model: str, benchmark: str | None, results: str = "results") -> int:
+    """The command: 0, or 1 with a one-line error."""
+    try:
+        clean(model, benchmark, results)
+    except VlbenchError as error:
+        print(f"vlbench error: {error}", file=sys.stderr)
+        return 1
+    return 0
