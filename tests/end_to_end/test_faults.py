@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stored_files import files_under
 from workflow_helpers import SNAKEFILE, run_in_own_session, write_shared_demo
 
 from vlbench.atomic import CRASH_ENV
@@ -28,20 +29,6 @@ CRASH_POINTS = [
     "*/results/ranks/*/image_to_text.parquet",
     "*/results/tables/metrics.csv",
 ]
-COMPARED = ["results/embeddings", "results/ranks", "results/tables"]
-
-
-def files_under(root: Path) -> dict[str, bytes]:
-    """Relative path -> content of every finished file below the compared folders.
-
-    Provenance JSON (timings, host) and hidden partials are left out.
-    """
-    found = {}
-    for folder in COMPARED:
-        for path in sorted((root / folder).rglob("*")):
-            if path.is_file() and path.suffix != ".json" and not path.name.startswith("."):
-                found[str(path.relative_to(root))] = path.read_bytes()
-    return found
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

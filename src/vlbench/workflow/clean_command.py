@@ -1,13 +1,15 @@
 """`vlbench clean MODEL [BENCHMARK]`: drop one model's stored embeddings and what was made from
 them, so that the same snakemake command makes them again.
 
-Snakemake reruns a job whose outputs are missing only when something downstream needs to run:
-deleting `results/embeddings/<model>/<benchmark>/` alone leaves the metric files and tables up
-to date, and the next run does nothing. This command also removes the (model, benchmark)'s
-index, ranks and metric files, which the tables depend on, so the next run embeds (reusing no
-stored shard of what it removed), evaluates and rewrites the tables. It removes nothing else:
-prepared data, the pixel cache (shared by every model; each entry is checked on use) and other
-models' files stay. Run it with no snakemake running in the same directory.
+Snakemake makes a missing file again only when a job that needs it has to run: deleting
+`results/embeddings/<model>/<benchmark>/` (or its index, ranks and metric files too) leaves the
+tables up to date, and the next run does nothing. This command removes the (model, benchmark)'s
+embeddings, index, ranks and metric files, and the tables job's `metrics.csv`, so the next run
+rewrites the tables, which need the metric files, which need the embeddings: it embeds (no
+stored shard of what was removed is left to reuse), evaluates, and remakes everything after.
+It removes nothing else: prepared data, the pixel cache (shared by every model; each entry is
+checked on use) and other models' files stay. Run it with no snakemake running in the same
+directory.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from vlbench.errors import VlbenchError
 
 # The results folders that hold one (model, benchmark)'s files: results/<stage>/<model>/<benchmark>.
 STAGES = ("embeddings", "index", "ranks", "metrics")
+# An output of the tables job: without it the next run rewrites the tables from the metric files.
+TABLES_OUTPUT = Path("tables") / "metrics.csv"
 KEY = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]+$")
 
 
@@ -40,6 +44,10 @@ def clean(
     for folder in present:
         shutil.rmtree(folder)
         print(f"removed {folder}", file=out)
+    tables = Path(results) / TABLES_OUTPUT
+    if tables.exists():
+        tables.unlink()
+        print(f"removed {tables} (the tables are written again from the metric files)", file=out)
     print("the same snakemake command now makes them again", file=out)
     return len(present)
 
