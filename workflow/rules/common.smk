@@ -53,6 +53,7 @@ from vlbench.workflow.preflight import (
     refuse_missing,
     render,
 )
+from vlbench.workflow.run_claim import claim_directory
 from vlbench.workflow.run_config import load_run_config
 from vlbench.workflow.targets import (
     all_targets,
@@ -61,6 +62,13 @@ from vlbench.workflow.targets import (
     outcome_files,
     table_files,
 )
+
+# A run killed outright leaves Snakemake's lock files behind: the main process of every run holds
+# a kernel lock on the directory while it lives, and one that can take it removes the lock files
+# no live run holds (vlbench.workflow.run_claim), so the same command resumes the run.
+if workflow.is_main_process:
+    for _line in claim_directory():
+        logger.warning(_line)
 
 # The default experiment applies only when no --configfile is given, so a user's config file
 # evaluates exactly its own models and benchmarks. Config files and --config are read by the
