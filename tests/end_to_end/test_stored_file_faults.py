@@ -1,12 +1,13 @@
 """The stored files of a finished run, damaged or deleted, as the next runs see them.
 
-On copies of the shared demo run: a stored embedding shard and a pixel-cache array damaged
-(flipped bytes, truncation) are recomputed by the run that needs them and the tables come out
-byte-identical; a damaged gathered matrix or ids file stops the evaluation that reads it with a
-line naming the file and `vlbench clean`, the tables stay as they were (never a changed table with
-exit 0), and `vlbench clean` plus the same command gives the clean run's bytes back; a deleted
-embeddings folder is what `vlbench clean` is for (Snakemake alone sees nothing to do). Every kind
-is also damaged both ways in the fast tests of tests/embedding/test_stored_file_digests.py.
+On copies of the shared demo run: a damaged gathered matrix stops the evaluation that reads it
+with a line naming the file and `vlbench clean`, the run's last lines say so, the tables stay as
+they were (never a changed table with exit 0), and `vlbench clean` plus the same command gives
+the clean run's bytes back; a deleted embeddings folder is what `vlbench clean` is for
+(Snakemake alone sees nothing to do). Every stored kind (shards, pixel arrays, gathered matrices
+and ids, indexes) is damaged both ways, flipped and truncated, in the fast tests of
+tests/embedding/test_stored_file_digests.py: a stored shard or pixel array is recomputed to the
+same bytes, the others stop their reader.
 """
 
 from __future__ import annotations
@@ -32,25 +33,6 @@ def vlbench_clean(workdir: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_damaged_shards_and_pixels_are_recomputed_to_the_same_bytes(
-    demo_run: Path, tmp_path: Path
-) -> None:
-    workdir = copy_of_run(demo_run, tmp_path)
-    shard = workdir / EMBEDDINGS / "shards" / "image" / "shard-00000.npy"
-    DAMAGES["flipped"](shard)
-    DAMAGES["truncated"](workdir / EMBEDDINGS / "shards" / "text" / "shard-00000.npy")
-    pixels = sorted((workdir / "results" / "pixels").rglob("rows-*.npy"))
-    assert pixels
-    DAMAGES["flipped"](pixels[0])  # read again because shard 0 is embedded again
-    rerun = run_in_own_session(workdir, "--forcerun", "embed")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    log = "".join(path.read_text() for path in (workdir / "logs" / "embed").rglob("*.log"))
-    assert f"stored shard {shard.relative_to(workdir)}" in log and "embedding it again" in log
-    assert f"pixel cache {pixels[0].relative_to(workdir)}" in log
-    assert "decoding its rows again" in log
-    assert files_under(workdir) == files_under(demo_run)
-
-
 def test_a_damaged_gathered_file_stops_the_run_naming_it_and_clean_restores_it(
     demo_run: Path, tmp_path: Path
 ) -> None:
@@ -64,6 +46,10 @@ def test_a_damaged_gathered_file_stops_the_run_naming_it_and_clean_restores_it(
     output = failed.stdout + failed.stderr
     assert f"{EMBEDDINGS / damaged}: its bytes do not match the xxh3_128 digest" in output
     assert f"`vlbench clean {MODEL} {BENCHMARK}`" in output
+    # The run's last lines name the failed job's cause and its log.
+    ending = "\n".join(failed.stderr.strip().splitlines()[-6:])
+    assert f"vlbench: evaluate_paired failed: {EMBEDDINGS / damaged}: its bytes" in ending
+    assert f"(log: logs/evaluate/{MODEL}/{BENCHMARK}.log)" in ending
     tables = {name: data for name, data in before.items() if name.startswith("results/tables")}
     assert {name: files_under(workdir)[name] for name in tables} == tables  # never changed
     cleaned = vlbench_clean(workdir)

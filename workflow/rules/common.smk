@@ -53,6 +53,7 @@ from vlbench.workflow.preflight import (
     refuse_missing,
     render,
 )
+from vlbench.workflow.failures import failed_job_causes
 from vlbench.workflow.run_claim import claim_directory
 from vlbench.workflow.run_config import load_run_config
 from vlbench.workflow.targets import (

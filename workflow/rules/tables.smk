@@ -190,3 +190,9 @@ onsuccess:
         logger.warning(_line)
     for _line in coverage_lines_of("results/tables/coverage.md"):
         logger.info(_line)
+
+
+# The end of a failed run names each failed job's one-line cause and its log.
+onerror:
+    for _line in failed_job_causes(log):
+        logger.error(_line)

@@ -1,0 +1,51 @@
+"""The end of a failed run: each failed job's one-line cause and its log, read back from files.
+
+Snakemake prints a failed job's log in the middle of its output and ends the run on "At least
+one job did not complete successfully"; the cause (the `ERROR:` line a rule script writes to its
+log, `vlbench.rule_log`) is easy to miss among the jobs that kept running. The `onerror` hook
+reads the run's own log for the jobs that failed ("Error in rule R:" ... "log: PATH") and
+prints one line per job: the rule, its cause and where its log is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_FAILED = re.compile(r"^Error in rule (\S+?):\s*$")
+_LOG = re.compile(r"^\s+log: (\S+)")
+_CAUSE = "ERROR: "
+
+
+def _cause(job_log: Path) -> str:
+    """A job log's `ERROR:` line, else its last line (a traceback's), else a pointer to it."""
+    try:
+        lines = [line.strip() for line in job_log.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "its log was not written"
+    causes = [line.removeprefix(_CAUSE) for line in lines if line.startswith(_CAUSE)]
+    if causes:
+        return causes[-1]
+    written = [line for line in lines if line]
+    return written[-1] if written else "its log is empty"
+
+
+def failed_job_causes(run_log: str | Path | None) -> list[str]:
+    """One line per failed job of the run whose Snakemake log is `run_log`."""
+    try:
+        lines = Path(run_log or "").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    rule = None
+    for line in lines:
+        started = _FAILED.match(line)
+        if started:
+            rule = started.group(1)
+            continue
+        logged = _LOG.match(line) if rule else None
+        if logged:
+            job_log = Path(logged.group(1))
+            found.append(f"vlbench: {rule} failed: {_cause(job_log)} (log: {job_log})")
+            rule = None
+    return list(dict.fromkeys(found))
