@@ -34,4 +34,5 @@ def test_each_failed_job_gets_its_cause_and_log(tmp_path: Path) -> None:
         f"vlbench: embed failed: MemoryError (log: {second})",
         f"vlbench: fewshot failed: its log was not written (log: {third})",
     ]
-    assert failed_job_causes(tmp_path / "absent.log") == []
+    assert failed_job_causes([run_log]) == failed_job_causes(run_log)  # Snakemake hands a list
+    assert failed_job_causes(tmp_path / "absent.log") == [] == failed_job_causes(None)

@@ -10,6 +10,7 @@ prints one line per job: the rule, its cause and where its log is.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 _FAILED = re.compile(r"^Error in rule (\S+?):\s*$")
@@ -30,12 +31,16 @@ def _cause(job_log: Path) -> str:
     return written[-1] if written else "its log is empty"
 
 
-def failed_job_causes(run_log: str | Path | None) -> list[str]:
-    """One line per failed job of the run whose Snakemake log is `run_log`."""
-    try:
-        lines = Path(run_log or "").read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+def failed_job_causes(run_log: str | Path | Iterable[str | Path] | None) -> list[str]:
+    """One line per failed job of the run whose Snakemake log file(s) are `run_log` (what
+    Snakemake hands `onerror`: a path, or a list of them)."""
+    logs = [run_log] if isinstance(run_log, str | Path) else list(run_log or [])
+    lines: list[str] = []
+    for path in logs:
+        try:
+            lines += Path(path).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
     found: list[str] = []
     rule = None
     for line in lines:
