@@ -15,6 +15,7 @@ import pytest
 import torch
 from embed_support import (
     TINY_CONFIG,
+    count_embedded_shards,
     reference_image_embeddings,
     tiny_model,
     write_images,
@@ -157,14 +158,7 @@ def test_rerun_recomputes_only_missing_shards(
     first = run(model, directory, tmp_path, "text")
     before = np.load(first, allow_pickle=False)
     (tmp_path / "emb" / "shards" / "text" / "shard-00001.npy").unlink()
-    calls = []
-    original = embedding_job.embed_shard
-
-    def counting(model, record, shard, settings):
-        calls.append((shard.start, shard.stop))
-        return original(model, record, shard, settings)
-
-    monkeypatch.setattr(embedding_job, "embed_shard", counting)
+    calls = count_embedded_shards(monkeypatch)
     again = run(model, directory, tmp_path, "text")
     assert calls == [(5, 10)]
     assert np.array_equal(np.load(again, allow_pickle=False), before)

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embed_support import tiny_model, write_images, write_texts
+from embed_support import count_embedded_shards, tiny_model, write_images, write_texts
 from stored_files import DAMAGES
 
-from vlbench.embedding import job as embedding_job
 from vlbench.embedding.job import embed_with_loaded_model
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import (
@@ -69,14 +68,7 @@ def test_a_damaged_stored_shard_is_embedded_again_never_reused(
     clean = gathered.read_bytes()
     damaged = tmp_path / "emb" / "shards" / "image" / part
     DAMAGES[damage](damaged)
-    embedded = []
-    original = embedding_job.embed_shard
-
-    def counting(model, record, shard, settings):
-        embedded.append((shard.start, shard.stop))
-        return original(model, record, shard, settings)
-
-    monkeypatch.setattr(embedding_job, "embed_shard", counting)
+    embedded = count_embedded_shards(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="vlbench"):
         again = embed(bench, tmp_path, "image")
     assert embedded == [(5, 10)]  # only the damaged shard

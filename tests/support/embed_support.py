@@ -93,3 +93,19 @@ def reference_image_embeddings(
         )
         chunks.append(model.encode_images(pixels))
     return np.concatenate(chunks)
+
+
+def count_embedded_shards(monkeypatch) -> list[tuple[int, int]]:
+    """Record the (start, stop) rows of every shard an embedding job embeds from now on (the
+    stored shards it reuses are not embedded)."""
+    from vlbench.embedding import job as embedding_job
+
+    embedded: list[tuple[int, int]] = []
+    original = embedding_job.embed_shard
+
+    def counting(model, record, shard, settings):
+        embedded.append((shard.start, shard.stop))
+        return original(model, record, shard, settings)
+
+    monkeypatch.setattr(embedding_job, "embed_shard", counting)
+    return embedded
