@@ -157,11 +157,14 @@ def _image_keys(folder: Path, pattern: re.Pattern[str], where: str) -> dict[tupl
     return keys
 
 
+Record = tuple[str, Path, str, str]  # image id, image file, class text, file and line
+
+
 def _reference_records(
     root: Path, source: dict[str, Any], text_type: str, where: str
-) -> list[tuple[str, Path, str, str]]:
-    """(image id, image file, class text, file and line) of every row of the reference file,
-    in its order; rows whose image cannot be found stop here, named."""
+) -> tuple[list[Record], list[str]]:
+    """The records of every row of the reference file, in its order (rows whose image cannot
+    be found stop here, named), and the annotation file read."""
     reference = source["reference"]
     path = Path(reference["local"])
     columns = {**DEFAULT_COLUMNS, **reference.get("columns", {})}
@@ -171,7 +174,9 @@ def _reference_records(
     folder = ContainedFolder(root / images[0], follows_links(source))
     join = re.compile(reference["join"]) if reference.get("join") else None
     keys = _image_keys(folder.folder, join, f"{where}.reference") if join else {}
-    records, unjoined, seen = [], [], set()
+    records: list[Record] = []
+    unjoined: list[str] = []
+    seen: set[str] = set()
     for number, row in enumerate(_read_rows(path, columns, text_type, where), start=2):
         written = row.get(columns["file"]) or ""
         text = class_text(row, columns, text_type)
@@ -200,14 +205,14 @@ def _reference_records(
             f"{reference['commit'][:12]}, {reference['path']}) find no image under "
             f"{folder.folder} {how}: {named}{more}"
         )
-    return records
+    return records, [reference["path"]]
 
 
 def _annotation_records(
     root: Path, source: dict[str, Any], text_type: str, where: str
-) -> list[tuple[str, Path, str, str]]:
-    """(image id, image file, class text, file and line) of every row of the source's own
-    annotation file(s), in file order."""
+) -> tuple[list[Record], list[str]]:
+    """The records of every row of the source's own annotation file(s), in file order, and
+    the files read (relative to the source's folder where they lie in it)."""
     columns = {**DEFAULT_COLUMNS, **source.get("columns", {})}
     files = _annotation_files(root, source, where)
     prefix_ids = len(files) > 1
@@ -221,7 +226,10 @@ def _annotation_records(
             image_id = f"{path.stem}/{relative}" if prefix_ids else relative
             line = f"{path}: line {number}"
             records.append((image_id, folder.path(relative, line), text, line))
-    return records
+    annotations = [
+        str(path.relative_to(root)) if path.is_relative_to(root) else str(path) for path, _ in files
+    ]
+    return records, annotations
 
 
 def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: str) -> SourceData:
@@ -229,15 +237,8 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
     text_type = benchmark.get("text_type", "asis")
     if text_type not in TEXT_TYPES:
         raise VlbenchError(f"{where}: text_type must be one of {', '.join(TEXT_TYPES)}")
-    if "reference" in source:
-        records = _reference_records(root, source, text_type, where)
-        annotations = [source["reference"]["path"]]
-    else:
-        records = _annotation_records(root, source, text_type, where)
-        annotations = [
-            str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-            for path, _ in _annotation_files(root, source, where)
-        ]
+    read = _reference_records if "reference" in source else _annotation_records
+    records, annotations = read(root, source, text_type, where)
     # A class is its text (the reference's `data['class'].unique()`), numbered in order of
     # first appearance as the reference numbers its classes: two common names of one taxon
     # are two classes under taxon_com.
