@@ -163,6 +163,10 @@ def test_typo_in_config_is_one_clear_line(workdir: Path) -> None:
     assert result.returncode != 0
     assert "unknown key 'precison' at 'models.tiny'" in output
     assert "Traceback" not in output
+    # The cause is the error's first line, and the only one (no Snakemake frame after it).
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("vlbench error: ")
+    assert "common.smk" not in output
 
 
 def test_a_model_key_given_twice_is_one_clear_line(workdir: Path) -> None:

@@ -106,7 +106,9 @@ try:
     REFERENCE_MAP = _validated["tables"]["map"] or str(REFERENCE_DIR / "map.yaml")
     _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
-    raise WorkflowError(str(error)) from None
+    # The cause is the error's first line: one line, then the run stops (no Snakemake frame).
+    logger.error(f"vlbench error: {error}")
+    raise SystemExit(1) from None
 config.clear()
 config.update(_validated)
 
