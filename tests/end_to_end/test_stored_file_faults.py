@@ -52,12 +52,15 @@ def test_a_damaged_gathered_file_stops_the_run_naming_it_and_clean_restores_it(
     assert f"(log: logs/evaluate/{MODEL}/{BENCHMARK}.log)" in ending
     tables = {name: data for name, data in before.items() if name.startswith("results/tables")}
     assert {name: files_under(workdir)[name] for name in tables} == tables  # never changed
+    note = (workdir / "results" / "tables" / "LAST_RUN_FAILED.md").read_text(encoding="utf-8")
+    assert "the tables in this folder are from an earlier run" in note
+    assert f"vlbench: evaluate_paired failed: {EMBEDDINGS / damaged}" in note
     cleaned = vlbench_clean(workdir)
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"removed results/embeddings/{MODEL}/{BENCHMARK}" in cleaned.stdout
     rerun = run_in_own_session(workdir)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert files_under(workdir) == before
+    assert files_under(workdir) == before  # the note is gone with the complete run
 
 
 def test_a_deleted_embeddings_folder_is_planned_again_after_vlbench_clean(

@@ -53,7 +53,12 @@ from vlbench.workflow.preflight import (
     refuse_missing,
     render,
 )
-from vlbench.workflow.failures import failed_job_causes
+from vlbench.paths import FAILED_RUN_NOTE
+from vlbench.workflow.failures import (
+    failed_job_causes,
+    remove_failed_run_note,
+    write_failed_run_note,
+)
 from vlbench.workflow.run_claim import claim_directory
 from vlbench.workflow.run_config import load_run_config
 from vlbench.workflow.targets import (

@@ -182,6 +182,7 @@ rule provenance:
 # (results/tables/not_run.csv lists both) and how much of each paper table it filled
 # (results/tables/coverage.md).
 onsuccess:
+    remove_failed_run_note()
     if NOT_RUN_ROWS:
         logger.info(not_run_summary(NOT_RUN_ROWS, "results/tables/not_run.csv"))
     for _line in not_computable_summary(
@@ -192,7 +193,11 @@ onsuccess:
         logger.info(_line)
 
 
-# The end of a failed run names each failed job's one-line cause and its log.
+# The end of a failed run names each failed job's one-line cause and its log, and a note beside
+# the tables says they are from an earlier run (the next complete run removes it).
 onerror:
-    for _line in failed_job_causes(log):
+    _causes = failed_job_causes(log)
+    if write_failed_run_note(_causes):
+        logger.error(f"vlbench: the tables are from an earlier run ({FAILED_RUN_NOTE})")
+    for _line in _causes:
         logger.error(_line)

@@ -15,6 +15,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from vlbench.paths import FAILED_RUN_NOTE
+
 RESULTS = Path("results")
 STALE = RESULTS / "stale"
 
@@ -36,7 +38,7 @@ def stale_outputs(
     """Files of `results` the current config does not make: below tables/ every file not in
     `current_tables` (paths as the workflow names them, `results/tables/...`), below plots/
     and provenance/ those of benchmarks not in `benchmarks`."""
-    keep = {os.path.relpath(path, RESULTS) for path in current_tables}
+    keep = {os.path.relpath(path, RESULTS) for path in (*current_tables, FAILED_RUN_NOTE)}
     stale = [
         path
         for path in _visible_files(results / "tables")

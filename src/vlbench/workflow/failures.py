@@ -4,14 +4,20 @@ Snakemake prints a failed job's log in the middle of its output and ends the run
 one job did not complete successfully"; the cause (the `ERROR:` line a rule script writes to its
 log, `vlbench.rule_log`) is easy to miss among the jobs that kept running. The `onerror` hook
 reads the run's own log for the jobs that failed ("Error in rule R:" ... "log: PATH") and
-prints one line per job: the rule, its cause and where its log is.
+prints one line per job: the rule, its cause and where its log is. It also leaves a note beside
+the tables (`results/tables/LAST_RUN_FAILED.md`), so that the tables of an earlier complete run
+never look current after a failed one; the next complete run removes it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from vlbench.atomic import write_text
+from vlbench.paths import FAILED_RUN_NOTE
 
 _FAILED = re.compile(r"^Error in rule (\S+?):\s*$")
 _LOG = re.compile(r"^\s+log: (\S+)")
@@ -54,3 +60,30 @@ def failed_job_causes(run_log: str | Path | Iterable[str | Path] | None) -> list
             found.append(f"vlbench: {rule} failed: {_cause(job_log)} (log: {job_log})")
             rule = None
     return list(dict.fromkeys(found))
+
+
+def write_failed_run_note(causes: Sequence[str], note: str | Path = FAILED_RUN_NOTE) -> bool:
+    """Say beside the tables that the last run failed, and from when the tables are (nothing
+    when no table was ever written); True when written."""
+    tables = Path(note).parent / "metrics.csv"
+    if not tables.is_file():
+        return False
+    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(tables.stat().st_mtime))
+    failed = time.strftime("%Y-%m-%d %H:%M:%S")
+    lines = [
+        "# The last run did not complete",
+        "",
+        f"The run that ended at {failed} failed; the tables in this folder are from an earlier "
+        f"run (metrics.csv written at {written}) and do not show what it changed.",
+        "",
+        *(f"- {cause}" for cause in causes),
+        "",
+        "The next run that completes removes this note.",
+    ]
+    write_text(note, "\n".join(lines) + "\n")
+    return True
+
+
+def remove_failed_run_note(note: str | Path = FAILED_RUN_NOTE) -> None:
+    """A complete run: the tables are current again."""
+    Path(note).unlink(missing_ok=True)
