@@ -142,13 +142,18 @@ def mismatches(files: Mapping[str, str | Path], recorded: Mapping[str, str] | No
     return found
 
 
+def _refuse(damaged: str, remedy: str) -> VlbenchError:
+    """The one-line error for a damaged file ('PATH: why') that a job will not use."""
+    return VlbenchError(f"{damaged} (corrupt or truncated: not used); {remedy}")
+
+
 def require_intact(
     files: Mapping[str, str | Path], recorded: Mapping[str, str] | None, remedy: str
 ) -> None:
     """Stop with one line naming the first file that fails its digest, and what to do."""
     found = mismatches(files, recorded)
     if found:
-        raise VlbenchError(f"{found[0]} (corrupt or truncated: not used); {remedy}")
+        raise _refuse(found[0], remedy)
 
 
 def sidecar(path: str | Path) -> Path:
@@ -173,6 +178,13 @@ def sidecar_mismatch(path: str | Path) -> str | None:
         if algorithm != DIGEST_ALGORITHM:
             expected = None
     return mismatch(path, expected)
+
+
+def require_sidecar_intact(path: str | Path, remedy: str) -> None:
+    """Stop with one line naming a file that fails the digest beside it, and what to do."""
+    problem = sidecar_mismatch(path)
+    if problem is not None:
+        raise _refuse(f"{path}: {problem}", remedy)
 
 
 def remove_with_sidecar(path: str | Path) -> None:

@@ -30,8 +30,8 @@ from vlbench.embedding.shard_files import (
     save_matrix,
 )
 from vlbench.errors import VlbenchError
-from vlbench.hashing import file_digest, sidecar
-from vlbench.rank.index import build_flat_index, require_index_intact
+from vlbench.hashing import file_digest, require_sidecar_intact, sidecar
+from vlbench.rank.index import build_flat_index
 
 ROWS = 13  # three shards of at most 5 rows
 
@@ -142,7 +142,7 @@ def test_a_damaged_index_stops_the_job_that_reads_it(tmp_path: Path, damage: str
     index = tmp_path / "image.faiss"
     build_flat_index(files.embeddings, index)
     assert sidecar(index).read_text().split() == ["xxh3_128", file_digest(index)]
-    require_index_intact(index, "remedy")
+    require_sidecar_intact(index, "remedy")
     DAMAGES[damage](index)
     with pytest.raises(VlbenchError, match=rf"^{index}: its bytes do not match .*; remedy$"):
-        require_index_intact(index, "remedy")
+        require_sidecar_intact(index, "remedy")

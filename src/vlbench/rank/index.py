@@ -1,7 +1,7 @@
 """Exact inner-product faiss indexes over embedding matrices.
 
 An index is read again by a later job (the qualitative examples): its digest is written beside
-it (`vlbench.hashing`) and checked before that job trusts it.
+it and checked before that job trusts it (`vlbench.hashing.require_sidecar_intact`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from vlbench.atomic import atomic_path
 from vlbench.errors import VlbenchError
-from vlbench.hashing import sidecar_mismatch, write_sidecar
+from vlbench.hashing import write_sidecar
 
 
 def build_flat_index(embeddings_path: str | Path, index_path: str | Path) -> int:
@@ -29,13 +29,6 @@ def build_flat_index(embeddings_path: str | Path, index_path: str | Path) -> int
         faiss.write_index(index, str(tmp))
         write_sidecar(tmp, index_path)
     return index.ntotal
-
-
-def require_index_intact(index_path: str | Path, remedy: str) -> None:
-    """Stop, naming the index, when it no longer matches the digest written beside it."""
-    problem = sidecar_mismatch(index_path)
-    if problem is not None:
-        raise VlbenchError(f"{index_path}: {problem} (corrupt or truncated: not used); {remedy}")
 
 
 def read_index_vectors(index_path: str | Path) -> np.ndarray:

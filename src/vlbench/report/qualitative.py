@@ -22,9 +22,9 @@ from vlbench.embedding.shard_files import (
     require_gathered_intact,
 )
 from vlbench.errors import VlbenchError
+from vlbench.hashing import require_sidecar_intact
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
-from vlbench.rank.index import require_index_intact
 from vlbench.report.plots import save_figure
 
 THUMBNAIL_PIXELS = 160
@@ -91,7 +91,7 @@ def search_examples(
     gallery_npy = gallery_ids_path.with_name(gallery_ids_path.name.replace(".ids.parquet", ".npy"))
     for matrix in (query_npy, gallery_npy):
         require_gathered_intact(matrix)
-    require_index_intact(index_path, clean_hint(index_path))
+    require_sidecar_intact(index_path, clean_hint(index_path))
     vectors = np.load(query_npy, mmap_mode="r", allow_pickle=False)
     query_ids, gallery_ids = (
         read_embedding_ids(query_ids_path),
