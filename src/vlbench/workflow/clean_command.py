@@ -14,27 +14,30 @@ directory.
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
 
+import jsonschema
+
+from vlbench.config import load_schema
 from vlbench.errors import VlbenchError
+from vlbench.paths import EMBEDDINGS_DIR, INDEX, METRICS, RANKS
 
 # The results folders that hold one (model, benchmark)'s files: results/<stage>/<model>/<benchmark>.
-STAGES = ("embeddings", "index", "ranks", "metrics")
+STAGES = tuple(Path(pattern).parts[1] for pattern in (EMBEDDINGS_DIR, INDEX, RANKS, METRICS))
 # An output of the tables job: without it the next run rewrites the tables from the metric files.
 TABLES_OUTPUT = Path("tables") / "metrics.csv"
-KEY = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]+$")
 
 
 def clean(
     model: str, benchmark: str | None, results: str | Path = "results", out: TextIO = sys.stdout
 ) -> int:
     """Remove the stage folders of a model (or of one of its benchmarks); return how many."""
+    key = load_schema()["$defs"]["key"]  # the rule every model and benchmark key follows
     for name, value in (("MODEL", model), ("BENCHMARK", benchmark)):
-        if value is not None and not KEY.match(value):
+        if value is not None and not jsonschema.Draft202012Validator(key).is_valid(value):
             raise VlbenchError(f"{name} {value!r}: not a model or benchmark key")
     folders = [Path(results, stage, model, *([benchmark] if benchmark else [])) for stage in STAGES]
     present = [folder for folder in folders if folder.exists()]
