@@ -35,6 +35,8 @@ from vlbench.rank.protocol_ranks import normalise_rows
 FEWSHOT_METRIC = "fewshot_accuracy"
 FEWSHOT_DIRECTION = "image_to_image"
 FEWSHOT_TIE_POLICY = "first_class"
+# The column that says why a k could not be computed (read again by the tables).
+NOT_COMPUTABLE_COLUMN = "not_computable"
 FEWSHOT_COLUMNS = [
     *METRIC_COLUMNS,
     "unit",
@@ -47,7 +49,7 @@ FEWSHOT_COLUMNS = [
     "fold_values",
     "n_classes",
     "n_short_classes",
-    "not_computable",
+    NOT_COMPUTABLE_COLUMN,
 ]
 
 
@@ -83,7 +85,7 @@ def fewshot_rows(
                 "fold_values": ";".join(f"{value:.6f}" for value in folds),
                 "n_classes": result.n_classes,
                 "n_short_classes": len(result.short_classes),
-                "not_computable": result.not_computable or None,
+                NOT_COMPUTABLE_COLUMN: result.not_computable or None,
             }
         )
     schema = {
@@ -94,7 +96,7 @@ def fewshot_rows(
         "chance_flag": pl.Boolean,
         "fold_std": pl.Float64,
         "fold_values": pl.String,
-        "not_computable": pl.String,
+        NOT_COMPUTABLE_COLUMN: pl.String,
     }
     return pl.DataFrame(rows, schema_overrides=schema).select(FEWSHOT_COLUMNS)
 

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from vlbench.errors import VlbenchError
+from vlbench.metrics.fewshot_job import NOT_COMPUTABLE_COLUMN
 from vlbench.report.coverage import Coverage, table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout
 from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
@@ -238,7 +239,7 @@ def _fill_cell(
     cell = Cell(chance=chance, n_queries=n_queries)
     if row is not None:
         cell.ours = _value(row, "value")
-        cell.not_computable = str(row.get("not_computable") or "") if cell.ours is None else ""
+        cell.not_computable = str(row.get(NOT_COMPUTABLE_COLUMN) or "") if cell.ours is None else ""
         cell.ci_low = _value(row, "ci_low")
         cell.ci_high = _value(row, "ci_high")
         if cell.ours is not None and chance is not None:
@@ -418,7 +419,7 @@ def not_computable_notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """A note per metric of this table that could not be computed, with the models and why."""
     models: dict[tuple[str, str, str, str], list[str]] = {}
     for row in rows:
-        reason = row.get("not_computable")
+        reason = row.get(NOT_COMPUTABLE_COLUMN)
         if reason and _value(row, "value") is None:
             key = (str(row["benchmark"]), str(row["metric"]), str(row["k"]), str(reason))
             models.setdefault(key, []).append(str(row["model"]))

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from vlbench.atomic import atomic_path, write_text
-from vlbench.metrics.fewshot_job import FEWSHOT_METRIC
+from vlbench.metrics.fewshot_job import FEWSHOT_METRIC, NOT_COMPUTABLE_COLUMN
 from vlbench.metrics.rows import METRIC_COLUMNS, notebook_columns
 
 DIRECTION_LABELS = {
@@ -26,8 +26,7 @@ DIRECTION_LABELS = {
 # How a column names its unit (the `unit` column of metrics_full.csv; percent when absent).
 UNIT_LABELS = {"percent": "%", "rank": "rank"}
 RANK_METRICS = ("mean_rank", "median_rank")
-# The column of metrics_full.csv that says why a metric could not be computed, and its cell.
-NOT_COMPUTABLE = "not_computable"
+# A benchmark table's cell of a metric that could not be computed.
 NOT_COMPUTABLE_CELL = "not computable"
 
 
@@ -47,11 +46,15 @@ def computed(table: pl.DataFrame) -> pl.DataFrame:
 def not_computable(table: pl.DataFrame) -> list[dict[str, str]]:
     """One record per (benchmark, subset, metric, k) that could not be computed: the models it
     concerns and why (the `not_computable` column of the metric files)."""
-    if NOT_COMPUTABLE not in table.columns:
+    if NOT_COMPUTABLE_COLUMN not in table.columns:
         return []
-    rows = table.filter(pl.col(NOT_COMPUTABLE).is_not_null() & (pl.col(NOT_COMPUTABLE) != ""))
+    rows = table.filter(
+        pl.col(NOT_COMPUTABLE_COLUMN).is_not_null() & (pl.col(NOT_COMPUTABLE_COLUMN) != "")
+    )
     grouped = (
-        rows.group_by(["benchmark", "subset", "metric", "k", NOT_COMPUTABLE], maintain_order=True)
+        rows.group_by(
+            ["benchmark", "subset", "metric", "k", NOT_COMPUTABLE_COLUMN], maintain_order=True
+        )
         .agg(pl.col("model").unique().sort())
         .sort(["benchmark", "subset", "metric", "k"])
     )
@@ -61,7 +64,7 @@ def not_computable(table: pl.DataFrame) -> list[dict[str, str]]:
             "subset": row["subset"],
             "cell": f"{row['metric']}@{row['k']}",
             "models": ", ".join(row["model"]),
-            "reason": row[NOT_COMPUTABLE],
+            "reason": row[NOT_COMPUTABLE_COLUMN],
         }
         for row in grouped.iter_rows(named=True)
     ]
@@ -108,7 +111,7 @@ def _unit(row: dict | None, metric: str) -> str:
 
 def _value_with_ci(row: dict) -> str:
     if row.get("value") is None:
-        return NOT_COMPUTABLE_CELL if row.get(NOT_COMPUTABLE) else ""
+        return NOT_COMPUTABLE_CELL if row.get(NOT_COMPUTABLE_COLUMN) else ""
     value = f"{row['value']:.2f}"
     if row.get("ci_low") is None or row.get("ci_high") is None:
         return value
