@@ -1,4 +1,5 @@
-"""Killed workflows: SIGKILL at a few points, then the same command gives the clean run's bytes.
+"""Killed and interrupted workflows: SIGKILL at a few points, or Ctrl-C in the middle of the
+embedding, then the same command gives the clean run's bytes.
 
 Each case sets VLBENCH_CRASH_BEFORE (see vlbench.atomic) so that the whole process group,
 Snakemake and every running job, dies just before one output would be renamed into place.
@@ -8,6 +9,7 @@ that two runs on the CPU give byte-identical embeddings, ranks and tables.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from stored_files import files_under
 from workflow_helpers import SNAKEFILE, run_in_own_session, write_shared_demo
 
 from vlbench.atomic import CRASH_ENV
+from vlbench.workflow.run_end import INTERRUPTED
 
 # Whole-workflow kills at three points: an embedding shard (the GPU job, resumed per shard), a
 # rank file (the evaluation job, several inputs and outputs) and the final table. Every kind of
@@ -53,14 +56,72 @@ def test_killed_run_resumes_to_the_clean_runs_bytes(
     # The same command resumes (the default profile reruns the incomplete jobs).
     resumed = run_in_own_session(workdir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    clean, after_kill = files_under(demo_run), files_under(workdir)
+    assert_same_files_as_the_clean_run(demo_run, workdir, f"a kill at {point}")
+
+
+def assert_same_files_as_the_clean_run(demo_run: Path, workdir: Path, after: str) -> None:
+    clean, resumed = files_under(demo_run), files_under(workdir)
     assert any(name.endswith(".npy") for name in clean)
     assert any(name.endswith("metrics.csv") for name in clean)
-    assert sorted(after_kill) == sorted(clean)
-    different = [name for name in clean if clean[name] != after_kill[name]]
-    assert not different, f"differ from the clean run after a kill at {point}: {different}"
+    assert sorted(resumed) == sorted(clean)
+    different = [name for name in clean if clean[name] != resumed[name]]
+    assert not different, f"differ from the clean run after {after}: {different}"
     # Every partial a killed writer left was swept by the writer of the same output.
     assert list((workdir / "results").rglob("*.partial")) == []
+
+
+def running_script(workdir: Path, name: str) -> bool:
+    """True while a rule script `name` of the run in `workdir` is running."""
+    scripts = str(workdir / ".snakemake" / "scripts")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if scripts in command and command.rstrip("\0").endswith(name):
+            return True
+    return False
+
+
+def test_ctrl_c_mid_embedding_stops_with_one_line_and_the_same_command_resumes(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    write_shared_demo(workdir)
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
+    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    run = subprocess.Popen(
+        command,
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not running_script(workdir, ".embed.py"):
+            assert run.poll() is None, "the run ended before its embedding job"
+            assert time.monotonic() < deadline, "the embedding job never started"
+            time.sleep(0.1)
+        time.sleep(0.5)  # inside the job: its imports, the model
+        # What a terminal does on Ctrl-C: SIGINT to every process of the foreground group.
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    output = stdout + stderr
+    assert run.returncode == 130, output[-3000:]
+    assert stderr.strip().splitlines()[-1] == INTERRUPTED
+    assert output.count(INTERRUPTED) == 1
+    for noise in ("Traceback", "KeyboardInterrupt", "Error in rule", "did not complete"):
+        assert noise not in output, output[-3000:]
+    assert not (workdir / "results" / "tables" / "metrics.csv").exists()  # it stopped there
+    resumed = run_in_own_session(workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_files_as_the_clean_run(demo_run, workdir, "Ctrl-C in the embedding")
 
 
 def test_second_invocation_on_the_same_directory_fails_fast(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ from vlbench.workflow.failures import (
     write_failed_run_note,
 )
 from vlbench.workflow.run_claim import claim_directory
+from vlbench.workflow.run_end import INTERRUPTED, interrupted, say_last, stop_cleanly_on_interrupt
 from vlbench.workflow.run_config import load_run_config
 from vlbench.workflow.targets import (
     all_targets,
@@ -72,9 +73,12 @@ from vlbench.workflow.targets import (
 # A run killed outright leaves Snakemake's lock files behind: the main process of every run holds
 # a kernel lock on the directory while it lives, and one that can take it removes the lock files
 # no live run holds (vlbench.workflow.run_claim), so the same command resumes the run.
+# Ctrl-C reaches the main process alone, which stops the jobs and ends on one line, exit 130
+# (vlbench.workflow.run_end).
 if workflow.is_main_process:
     for _line in claim_directory():
         logger.warning(_line)
+    stop_cleanly_on_interrupt()
 
 # The default experiment applies only when no --configfile is given, so a user's config file
 # evaluates exactly its own models and benchmarks. Config files and --config are read by the

@@ -193,11 +193,14 @@ onsuccess:
         logger.info(_line)
 
 
-# The end of a failed run names each failed job's one-line cause and its log, and a note beside
-# the tables says they are from an earlier run (the next complete run removes it).
+# The last lines of a failed run name each failed job's one-line cause and its log (printed at
+# exit, after Snakemake's own lines), and a note beside the tables says they are from an earlier
+# run (the next complete run removes it). An interrupted run ends on its one line.
 onerror:
-    _causes = failed_job_causes(log)
-    if write_failed_run_note(_causes):
-        logger.error(f"vlbench: the tables are from an earlier run ({FAILED_RUN_NOTE})")
-    for _line in _causes:
-        logger.error(_line)
+    _causes = [INTERRUPTED] if interrupted() else failed_job_causes(log)
+    _earlier = write_failed_run_note(_causes)
+    if not interrupted():
+        say_last(
+            [f"vlbench: the tables are from an earlier run ({FAILED_RUN_NOTE})"] * _earlier
+            + _causes
+        )
