@@ -180,6 +180,15 @@ def _written_bytes(path: Path) -> int:
     return 0
 
 
+def _file_system_full(path: Path) -> bool:
+    """Whether the file system holding `path` has no block left for an ordinary user: what a
+    failed write means when the writer's error does not say (torch.save's "file write failed",
+    an `iostream error`)."""
+    with contextlib.suppress(OSError):
+        return os.statvfs(path.parent).f_bavail == 0
+    return False
+
+
 @contextlib.contextmanager
 def _no_space_as_error(path: Path, tmp: Path | None, expected_bytes: int | None) -> Iterator[None]:
     try:
@@ -187,7 +196,7 @@ def _no_space_as_error(path: Path, tmp: Path | None, expected_bytes: int | None)
     except VlbenchError:
         raise
     except Exception as exc:
-        if not is_no_space(exc):
+        if not (is_no_space(exc) or _file_system_full(path)):
             raise
         written = _written_bytes(tmp) if tmp is not None else 0
         if expected_bytes:

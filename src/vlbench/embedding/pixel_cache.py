@@ -186,7 +186,10 @@ class PixelShardWriter:
             self._tmp.unlink(missing_ok=True)
             self._tmp = None
         if self._handle is not None:
-            self._handle.close()
+            # Closing flushes what is buffered; on a full disk that fails, and the partial is
+            # gone anyway (the descriptor is closed all the same).
+            with contextlib.suppress(OSError):
+                self._handle.close()
             self._handle = None
 
     def close(self, success: bool) -> bool:
