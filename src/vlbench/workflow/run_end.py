@@ -25,6 +25,7 @@ file; Snakemake marks the job's outputs incomplete), and the default profile's
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -101,10 +102,8 @@ def _parent_pairs() -> list[tuple[int, int]]:
 
 def _signal_all(pids: Iterable[int], signum: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):  # already ended
             os.kill(pid, signum)
-        except OSError:
-            pass  # already ended
 
 
 def _block_interrupts_in_this_thread(*_: object) -> None:
