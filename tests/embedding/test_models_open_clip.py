@@ -242,3 +242,17 @@ def test_precision_bf16_autocast_on_cpu_and_fp16_refused(tmp_path: Path) -> None
 def test_unknown_adapter_is_refused() -> None:
     with pytest.raises(VlbenchError, match="adapter must be one of"):
         load_model({"name": "x", "adapter": "nope"}, CPU)
+
+
+def test_a_load_error_in_the_embedding_job_names_the_config_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vlbench.embedding.job import ModelOnce
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    repo = write_hub_repo(tmp_path / "repo", tiny_state(0))
+    spec = {"name": f"local-dir:{repo}", "precision": "fp16"}
+    with pytest.raises(VlbenchError) as info:
+        ModelOnce(spec, {}, batch_size=4, key="my-half-model")()
+    assert str(info.value).startswith("models.my-half-model: model ")
+    assert "fp16 needs a GPU" in str(info.value)

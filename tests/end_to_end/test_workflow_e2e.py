@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 from workflow_helpers import (
+    SNAKEFILE,
     copy_of_run,
     run_workflow,
     shared_demo,
@@ -281,3 +284,26 @@ def test_source_parquet_without_expected_columns_names_the_file(workdir: Path) -
     log = (workdir / "logs" / "prepare_benchmark" / "local.log").read_text()
     assert "missing column(s) caption" in log
     shutil.rmtree(workdir / "mine")
+
+
+def test_fp16_without_a_gpu_is_refused_before_any_job_naming_the_key(workdir: Path) -> None:
+    config = {
+        "models": {"half": tiny_model() | {"precision": "fp16"}},
+        "benchmarks": {"demo": synthetic_benchmark(10)},
+    }
+    configfile = write_config(workdir, config)
+    planned = run_workflow(workdir, configfile, "--dry-run", check=False)
+    assert planned.returncode == 0, planned.stderr  # a plan runs nothing: it may be for a GPU node
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU for this run, on any machine
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
+    command += ["--directory", str(workdir), "--configfile", str(configfile)]
+    refused = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=hidden)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "vlbench error: models.half.precision: fp16 needs a GPU and this run's machine shows none"
+        )
+    )
+    assert not (workdir / "results").exists()  # no job ran

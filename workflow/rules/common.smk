@@ -35,6 +35,7 @@ from vlbench.report.reference import read_map
 from vlbench.report.summary import coverage_lines_of
 from vlbench.workflow.checks import (
     check_model_keys,
+    check_precisions_here,
     local_checkpoint,
     model_fingerprint,
     model_spec_for_job,
@@ -156,6 +157,7 @@ def pinned():
         try:
             info, warnings = _first_use.resolve_into(config)
         except VlbenchError as error:
+            say_last([f"vlbench error: {error}"])  # the cause, after Snakemake's frames
             raise WorkflowError(str(error)) from None
         for line in info:
             logger.info(f"vlbench pins: {line}")
@@ -276,10 +278,23 @@ def embed_weights(wildcards):
     ]
 
 
+@functools.cache
+def checked_on_this_machine():
+    """Once, before any job of a run that executes them here (not on cluster nodes): what this
+    machine cannot do, refused naming the config key (fp16 with no GPU)."""
+    if executes_jobs(workflow) and workflow.executor_plugin.common_settings.local_exec:
+        try:
+            check_precisions_here(config, MODELS)
+        except VlbenchError as error:
+            say_last([f"vlbench error: {error}"])  # the cause, after Snakemake's frames
+            raise WorkflowError(str(error)) from None
+
+
 def embed_model_params(wildcards):
     """Per model of one embed job: the spec it loads (random-init models load their rule-made
     checkpoint) and its embeddings' identity."""
     pinned()
+    checked_on_this_machine()
     return {
         model: {
             "spec": model_spec_for_job(model, config["models"][model]),

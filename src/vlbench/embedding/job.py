@@ -26,6 +26,7 @@ from vlbench.embedding.gpu_slots import claim_gpu
 from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards, plan_shards
+from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
 
 log = logging.getLogger("vlbench")
@@ -73,7 +74,7 @@ def run_models(
     for model_key in dict.fromkeys(model for model, _ in jobs):
         pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
         first = next(iter(pairs.values()))
-        model = ModelOnce(first.model, first.identity, first.settings.batch_size)
+        model = ModelOnce(first.model, first.identity, first.settings.batch_size, model_key)
         results.update({pair: run(job, model) for pair, job in pairs.items()})
         del model
         release_accelerator_memory()
@@ -155,17 +156,23 @@ class ModelOnce:
     """The job's model, loaded (on a GPU of its own, when there is one) the first time a shard
     needs it, then kept."""
 
-    def __init__(self, spec: dict[str, Any], identity: dict[str, Any], batch_size: int) -> None:
+    def __init__(
+        self, spec: dict[str, Any], identity: dict[str, Any], batch_size: int, key: str = ""
+    ) -> None:
         self.spec = spec
         self.identity = identity
         self.batch_size = batch_size
+        self.key = key or str(spec.get("name"))
         self.loaded: tuple[EmbeddingModel, dict[str, Any]] | None = None
 
     def __call__(self) -> tuple[EmbeddingModel, dict[str, Any]]:
         if self.loaded is None:
             # Locally Snakemake sets no CUDA_VISIBLE_DEVICES: lock a GPU of our own first.
             log.info(claim_gpu().describe())
-            model = load_model(self.spec)
+            try:
+                model = load_model(self.spec)
+            except VlbenchError as error:  # named by the config key the user wrote
+                raise VlbenchError(f"models.{self.key}: {error}") from None
             log.info(
                 "model %s on %s (CUDA_VISIBLE_DEVICES=%s)",
                 self.spec["name"],

@@ -98,3 +98,24 @@ def missing_local_paths(config: Mapping[str, Any]) -> list[str]:
         if source_kind(source) == "path" and not Path(source["path"]).is_dir():
             missing.append(f"benchmarks.{key}.source.path: directory not found: {source['path']}")
     return missing + missing_source_files(config)
+
+
+def gpu_visible() -> bool:
+    """Whether this machine shows the run an NVIDIA GPU (a device file and CUDA_VISIBLE_DEVICES
+    not empty), asked without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "NoDevFiles"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def check_precisions_here(config: Mapping[str, Any], models: list[str]) -> None:
+    """Before any job of a run on this machine: refuse fp16 for a model when no GPU is visible
+    (the embedding job would stop on it, after the jobs before it ran)."""
+    wants_fp16 = [key for key in models if config["models"][key].get("precision") == "fp16"]
+    if wants_fp16 and not gpu_visible():
+        raise VlbenchError(
+            f"models.{wants_fp16[0]}.precision: fp16 needs a GPU and this run's machine shows "
+            "none (no /dev/nvidia* device, or CUDA_VISIBLE_DEVICES empty); use fp32 or bf16 "
+            "on the CPU, or run the embedding jobs on a GPU node"
+        )

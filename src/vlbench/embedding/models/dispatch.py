@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from vlbench.embedding.models import hub
 from vlbench.embedding.models.hub import PMC_CLIP_TEXT_MODEL, looks_like_path
-from vlbench.embedding.models.open_clip_tags import tag_hub_repo
+from vlbench.embedding.models.open_clip_tags import check_activation, tag_hub_repo
 from vlbench.errors import VlbenchError
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def _open_clip_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     if looks_like_path(pretrained):
         return []  # a local checkpoint
     repo = tag_hub_repo(name, pretrained)  # a static table: planning never imports open_clip
+    check_activation(name, pretrained)
     return [("revision", repo, "model")] if repo else []
 
 
@@ -96,9 +97,26 @@ def weights_files(spec: Mapping[str, Any]) -> list[Path]:
     return adapter_of(spec).function("weights_files")(spec)
 
 
+# The spec keys that pin a hub download (one per download a spec can make).
+PIN_KEYS = ("revision", "text_model_revision")
+
+
 def hub_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(spec key, hub repo, repo type) for every hub download the spec makes that needs a pin."""
-    return adapter_of(spec).pins(spec)
+    """(spec key, hub repo, repo type) for every hub download the spec makes that needs a pin.
+
+    A pin key given for a download the spec does not make (a `revision` beside weights that
+    come from a URL or a local file) is refused: it would pin nothing, silently."""
+    pins = adapter_of(spec).pins(spec)
+    used = {key for key, _, _ in pins}
+    for key in PIN_KEYS:
+        if spec.get(key) and key not in used:
+            weights = spec.get("pretrained") or spec.get("name")
+            raise VlbenchError(
+                f"'{key}' pins a hub repository, but this model downloads nothing from the hub "
+                f"that it would pin ({weights!r} comes from a checksummed URL or a local path); "
+                f"drop '{key}'"
+            )
+    return pins
 
 
 def unpinned(spec: Mapping[str, Any]) -> list[str]:

@@ -1,9 +1,13 @@
-"""Which hub repository each open_clip pretrained tag downloads from, without importing open_clip.
+"""What planning must know of open_clip's pretrained tags, without importing open_clip.
 
 Planning (the Snakefile at parse time, `vlbench pin`) must know which tags need a pinned hub
-commit. Asking open_clip's registry imports open_clip, torch, torchvision and transformers
+commit, and which were trained with the other activation than the architecture they are named
+with (QuickGELU weights under a plain-GELU name score silently lower; refused before any job
+runs). Asking open_clip's registry imports open_clip, torch, torchvision and transformers
 (seconds and about a gigabyte per parse, on every cluster job). The answer is a small static
-table instead, `open_clip_tags.json`, written from the installed open_clip's registry by
+table instead, `open_clip_tags.json` (`hub_repos`: name -> tag -> hub repository or null;
+`quick_gelu_differs`: name -> tag -> whether the weights were trained with QuickGELU, listed
+only where the architecture builds the other one), written from the installed open_clip by
 
     python -m vlbench.embedding.models.open_clip_tags
 
@@ -19,8 +23,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from vlbench.errors import VlbenchError
+
+QUICKGELU_SUFFIX = "-quickgelu"
 
 TABLE = Path(__file__).with_name("open_clip_tags.json")
 
@@ -32,18 +39,25 @@ def hub_repo_of(cfg: dict) -> str | None:
     return os.path.split(cfg["hf_hub"])[0] or None
 
 
-def registry_table() -> dict[str, dict[str, str | None]]:
-    """model name -> tag -> hub repository (or None), from the installed open_clip's registry."""
+def registry_table() -> dict[str, dict[str, dict[str, Any]]]:
+    """The table (module docstring), from the installed open_clip's registry."""
+    import open_clip
     from open_clip.pretrained import get_pretrained_cfg, list_pretrained
 
-    table: dict[str, dict[str, str | None]] = {}
+    hub_repos: dict[str, dict[str, Any]] = {}
+    differs: dict[str, dict[str, Any]] = {}
     for name, tag in list_pretrained():
-        table.setdefault(name, {})[tag] = hub_repo_of(get_pretrained_cfg(name, tag))
-    return table
+        cfg = get_pretrained_cfg(name, tag)
+        hub_repos.setdefault(name, {})[tag] = hub_repo_of(cfg)
+        builds = bool((open_clip.get_model_config(name) or {}).get("quick_gelu", False))
+        trained = bool(cfg.get("quick_gelu", False))
+        if trained != builds:
+            differs.setdefault(name, {})[tag] = trained
+    return {"hub_repos": hub_repos, "quick_gelu_differs": differs}
 
 
 @functools.cache
-def _static_table() -> dict[str, dict[str, str | None]]:
+def _static_table() -> dict[str, dict[str, dict[str, Any]]]:
     return json.loads(TABLE.read_text(encoding="utf-8"))
 
 
@@ -57,7 +71,7 @@ def tag_hub_repo(name: str, tag: str) -> str | None:
 
     Raises VlbenchError when open_clip has no such tag for the name, naming those it has.
     """
-    known = _static_table().get(name)
+    known = _static_table()["hub_repos"].get(name)
     if not known:
         raise VlbenchError(
             f"open_clip has no pretrained weights for {name!r} (pretrained {tag!r}): give a "
@@ -69,6 +83,26 @@ def tag_hub_repo(name: str, tag: str) -> str | None:
             f"{', '.join(sorted(known))}"
         )
     return known[clean_tag(tag)]
+
+
+def check_activation(name: str, tag: str) -> None:
+    """Refuse a tag whose weights were trained with the activation `name` does not build
+    (QuickGELU weights under a plain-GELU name, or the reverse), naming the name to use."""
+    table = _static_table()
+    trained = table["quick_gelu_differs"].get(name, {}).get(clean_tag(tag))
+    if trained is None:
+        return
+    if trained:
+        fixed = name + QUICKGELU_SUFFIX
+        use = f"'{fixed}'" if fixed in table["hub_repos"] else f"a {QUICKGELU_SUFFIX} {name}"
+        raise VlbenchError(
+            f"pretrained '{tag}' was trained with QuickGELU but '{name}' builds plain GELU, "
+            f"which silently lowers scores; use name {use}"
+        )
+    raise VlbenchError(
+        f"pretrained '{tag}' was trained with plain GELU but '{name}' builds QuickGELU; use name "
+        f"'{name.removesuffix(QUICKGELU_SUFFIX)}'"
+    )
 
 
 def write_table(path: Path = TABLE) -> None:

@@ -15,9 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from vlbench.embedding.models.open_clip_tags import QUICKGELU_SUFFIX
 from vlbench.errors import VlbenchError
-
-QUICKGELU_SUFFIX = "-quickgelu"
 
 
 def _fix(name: str, wants_quick_gelu: bool) -> str:
