@@ -183,7 +183,8 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     score = build_parser().parse_args(
         [
             *("score", "--protocol", "paired", "--queries", "q", "--query-ids", "qi"),
-            *("--gallery", "g", "--gallery-ids", "gi", "--out", "-"),
+            *("--gallery", "g", "--gallery-ids", "gi", "--direction", "image_to_text"),
+            *("--out", "-"),
         ]
     )
     assert (score.tie_policy, score.block_mb) == tuple(filled["ranking"].values())

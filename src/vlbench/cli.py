@@ -239,7 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--block-mb", type=positive_int, default=ranking["block_mb"], help="score block (MiB)"
     )
-    score.add_argument("--direction", default=None, help="label (default: the protocol's)")
+    score.add_argument(
+        "--direction",
+        default=None,
+        help="image_to_text or text_to_image; needed where the protocol has both",
+    )
     score.add_argument("--benchmark", default="custom", help="label for the benchmark column")
     score.add_argument("--subset", default="test", help="label for the subset column")
     score.add_argument("--model", default="model", help="label for the model column")
@@ -381,6 +385,12 @@ def _check_score_inputs(args: argparse.Namespace) -> bool:
         for option in ("ranks_out", "outcomes_out", "per_class_out"):
             if getattr(args, option):
                 raise VlbenchError(f"--{option.replace('_', '-')} needs --gallery")
+    directions = PROTOCOLS[args.protocol].all_directions
+    if args.gallery is not None and args.direction is None and len(directions) > 1:
+        raise VlbenchError(
+            f"--direction is needed for protocol {args.protocol}: its queries may be images "
+            f"or texts ({' or '.join(directions)}), and the direction labels the rows"
+        )
     return args.gallery is not None
 
 

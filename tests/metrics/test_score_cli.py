@@ -82,6 +82,8 @@ def test_taxon_candidates_and_zeroshot(tmp_path) -> None:
                 tmp_path,
                 "--protocol",
                 "taxon_candidates",
+                "--direction",
+                "image_to_text",
                 "--k",
                 "1",
                 "--candidates",
@@ -110,7 +112,15 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys) -> None:
     save(tmp_path, "gallery", np.ones((2, 3), np.float32), ["g1", "g2"])
     pl.DataFrame({"query": ["q1"]}).write_parquet(tmp_path / "qrels.parquet")
     code = main(
-        args_for(tmp_path, "--protocol", "paired", "--qrels", str(tmp_path / "qrels.parquet"))
+        args_for(
+            tmp_path,
+            "--protocol",
+            "paired",
+            "--direction",
+            "image_to_text",
+            "--qrels",
+            str(tmp_path / "qrels.parquet"),
+        )
     )
     error = capsys.readouterr().err.strip()
     assert code == 1
@@ -146,7 +156,19 @@ def test_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, option
     value = str(tmp_path) if value == "DIRECTORY" else value
     qrels = str(tmp_path / "qrels.parquet")
     with pytest.raises(SystemExit) as info:
-        main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, option, value))
+        main(
+            args_for(
+                tmp_path,
+                "--protocol",
+                "paired",
+                "--direction",
+                "image_to_text",
+                "--qrels",
+                qrels,
+                option,
+                value,
+            )
+        )
     assert info.value.code == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error
@@ -158,7 +180,22 @@ def test_out_dash_writes_the_csv_to_stdout(tmp_path, capsys, monkeypatch) -> Non
     paired_files(tmp_path)
     monkeypatch.chdir(tmp_path)
     qrels = str(tmp_path / "qrels.parquet")
-    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels, "--out", "-")) == 0
+    assert (
+        main(
+            args_for(
+                tmp_path,
+                "--protocol",
+                "paired",
+                "--direction",
+                "image_to_text",
+                "--qrels",
+                qrels,
+                "--out",
+                "-",
+            )
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     rows = pl.read_csv(captured.out.encode())
     assert rows.columns[:3] == ["benchmark", "subset", "model"]
@@ -172,7 +209,14 @@ def test_complex_embeddings_are_refused_naming_the_file(tmp_path, capsys) -> Non
     vectors = np.load(tmp_path / "queries.npy").astype(np.complex64) * (1 + 1j)
     np.save(tmp_path / "queries.npy", vectors)
     qrels = str(tmp_path / "qrels.parquet")
-    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    assert (
+        main(
+            args_for(
+                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
+            )
+        )
+        == 1
+    )
     error = capsys.readouterr().err.strip()
     assert "queries.npy" in error and "complex" in error and "\n" not in error
     assert not (tmp_path / "metrics.csv").exists()
@@ -215,7 +259,20 @@ def test_workflow_qrels_and_candidates_are_read_for_the_scored_direction(tmp_pat
         save(tmp_path, "gallery", gallery, gallery_ids)
         ranks = tmp_path / f"{direction}.parquet"
         extra = ["--direction", direction, "--ranks-out", str(ranks)]
-        assert main(args_for(tmp_path, "--protocol", "multi_positive", *files, *extra)) == 0
+        assert (
+            main(
+                args_for(
+                    tmp_path,
+                    "--protocol",
+                    "multi_positive",
+                    "--direction",
+                    "image_to_text",
+                    *files,
+                    *extra,
+                )
+            )
+            == 0
+        )
         table = pl.read_parquet(ranks)
         expected = sorted(judged if direction == "image_to_text" else [(t, i) for i, t in judged])
         assert sorted(table.select("query_id", "item_id").iter_rows()) == expected
@@ -358,7 +415,14 @@ def test_a_nan_or_zero_row_names_the_file_row_and_id(tmp_path, capsys, bad: floa
     vectors[3] = bad
     np.save(tmp_path / "gallery.npy", vectors)
     qrels = str(tmp_path / "qrels.parquet")
-    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    assert (
+        main(
+            args_for(
+                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
+            )
+        )
+        == 1
+    )
     what = "all zeros" if bad == 0 else "NaN or infinite"
     error = capsys.readouterr().err.strip()
     assert error == f"vlbench error: {tmp_path / 'gallery.npy'}: row 3 (id 'x3') is {what}"
@@ -380,7 +444,14 @@ def test_a_file_that_is_no_npy_matrix_says_so(tmp_path, capsys, content, said: s
     else:
         queries.write_bytes(content)
     qrels = str(tmp_path / "qrels.parquet")
-    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    assert (
+        main(
+            args_for(
+                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
+            )
+        )
+        == 1
+    )
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"vlbench error: queries: {queries} {said}"), error
     assert "pickled" not in error
@@ -395,11 +466,31 @@ def test_a_negative_or_fractional_relevance_is_refused(tmp_path, capsys, relevan
         {"query_id": ids, "item_id": ids, "relevance": grades}, strict=False
     ).write_parquet(tmp_path / "qrels.parquet")
     qrels = str(tmp_path / "qrels.parquet")
-    assert main(args_for(tmp_path, "--protocol", "paired", "--qrels", qrels)) == 1
+    assert (
+        main(
+            args_for(
+                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
+            )
+        )
+        == 1
+    )
     error = capsys.readouterr().err.strip()
     shown = {-1: "-1.0", 0.5: "0.5", None: "None"}[relevance]
     assert error == (
         f"vlbench error: {qrels}: row 2: relevance {shown} of query 'x2' and item 'x2' must be "
         "0 (not relevant) or a positive whole grade"
     )
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("protocol", ["paired", "multi_positive", "taxon_candidates"])
+def test_a_protocol_with_two_directions_needs_direction(tmp_path, capsys, protocol) -> None:
+    """Text queries must never be labelled image_to_text by default."""
+    vectors = np.eye(3, dtype=np.float32)
+    save(tmp_path, "queries", vectors, ["t0", "t1", "t2"], ["A", "B", "C"])
+    save(tmp_path, "gallery", vectors, ["i0", "i1", "i2"], ["A", "B", "C"])
+    assert main(args_for(tmp_path, "--protocol", protocol)) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"vlbench error: --direction is needed for protocol {protocol}")
+    assert "\n" not in error
     assert not (tmp_path / "metrics.csv").exists()
