@@ -283,6 +283,30 @@ def test_vlbench_lock_drops_entries_the_config_no_longer_reads(tmp_path: Path) -
     assert lock_command.lock_config(path, check=True, out=io.StringIO()) == 0
 
 
+def test_vlbench_lock_says_when_there_is_nothing_to_lock(tmp_path: Path) -> None:
+    offline = {"models": {"tiny": {"name": "hf-hub:org/pinned", "revision": A}}}
+    offline["benchmarks"] = {"demo": {"protocol": "paired", "source": {"synthetic": {"pairs": 4}}}}
+    path = write_config(tmp_path, offline, "offline.yaml")
+    out = io.StringIO()
+    assert lock_command.lock_config(path, ask=Hub(B), out=out) == 0
+    assert out.getvalue().splitlines()[-1].startswith("nothing to lock: every hub download is")
+    assert not (tmp_path / "offline.lock").exists()
+    del offline["models"]["tiny"]["revision"]
+    offline["models"]["tiny"] = {"name": "RN50-quickgelu", "pretrained": "yfcc15m"}  # a URL
+    write_config(tmp_path, offline, "offline.yaml")
+    out = io.StringIO()
+    assert lock_command.lock_config(path, ask=Hub(B), out=out) == 0
+    assert out.getvalue() == "nothing to lock: offline.yaml downloads nothing from the hub\n"
+    path = write_config(tmp_path, hub_config(), "mine.yaml")
+    assert lock_command.lock_config(path, ask=Hub(B), out=io.StringIO()) == 0
+    out = io.StringIO()
+    assert lock_command.lock_config(path, ask=Hub(C), out=out) == 0
+    lock = tmp_path / "mine.lock"
+    assert out.getvalue().splitlines()[-1] == (
+        f"nothing to lock: every hub download is already pinned in mine.yaml or in {lock}"
+    )
+
+
 def test_vlbench_lock_names_a_bad_config_in_one_line(tmp_path: Path, capsys) -> None:
     path = write_config(tmp_path, {"models": {}}, "bad.yaml")
     assert cli_main(["lock", str(path)]) == 1

@@ -42,6 +42,7 @@ def lock_config(
     uses, pins = hub_uses(config), read_lock(lock)
     failures: list[str] = []
     stale = stale_keys(uses, pins)
+    unchanged = False
     if check:
         failures = [
             f"{use.where}: {use.repo_type} {use.repo} is pinned neither in the config nor in {lock}"
@@ -59,12 +60,22 @@ def lock_config(
         if new_pins != pins:
             write_lock(lock, new_pins, config_path.name)
             print(f"wrote {lock}", file=out)
-        pins = new_pins
+        pins, unchanged = new_pins, new_pins == pins and not failures
     for line in summary_lines(uses, pins):
         print(line, file=out)
+    if unchanged:
+        print(f"nothing to lock: {_nothing_new(config_path.name, bool(uses), lock)}", file=out)
     for line in failures:
         print(f"vlbench error: {line}", file=err)
     return 1 if failures else 0
+
+
+def _nothing_new(config_name: str, downloads: bool, lock: Path) -> str:
+    """Why `vlbench lock` wrote nothing."""
+    if not downloads:
+        return f"{config_name} downloads nothing from the hub"
+    where = f"in {config_name} or in {lock}" if lock.is_file() else f"in {config_name}"
+    return f"every hub download is already pinned {where}"
 
 
 def run_lock(config: str, update: bool, check: bool) -> int:
