@@ -106,3 +106,26 @@ def test_a_not_computable_k_stays_out_of_metrics_csv_and_is_named_everywhere_els
         f"vlbench: not computable: rare/test fewshot_accuracy@5: {reason}; models: a, b "
         "(listed in not_run.csv)"
     )
+
+
+def test_images_a_benchmark_left_out_are_named_at_the_end_of_the_run(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """From the benchmark.json that prepare writes (tests/data: its skipped_images)."""
+    import json
+
+    from vlbench.report.not_run import skipped_images_summary
+
+    monkeypatch.chdir(tmp_path)
+    skipped = [{"image_id": f"img{i}", "reason": f"unreadable: {i}"} for i in range(5)]
+    for benchmark, left_out in (("kept", []), ("lossy", skipped)):
+        folder = tmp_path / "results" / "data" / benchmark
+        folder.mkdir(parents=True)
+        meta = {"n_source_images": 40, "n_skipped_images": len(left_out)}
+        (folder / "benchmark.json").write_text(json.dumps(meta | {"skipped_images": left_out}))
+    (line,) = skipped_images_summary(["kept", "lossy", "not-prepared"])
+    assert line == (
+        "vlbench: lossy: 5 of 40 images left out (image_policy: skip): img0: unreadable: 0; "
+        "img1: unreadable: 1; img2: unreadable: 2; and 2 more (listed in "
+        "results/data/lossy/benchmark.json, skipped_images)"
+    )

@@ -29,7 +29,12 @@ from vlbench.protocols import (
     evaluations,
     protocol as protocol_record,
 )
-from vlbench.report.not_run import not_computable_summary, not_run_summary, read_not_run
+from vlbench.report.not_run import (
+    not_computable_summary,
+    not_run_summary,
+    read_not_run,
+    skipped_images_summary,
+)
 from vlbench.report.paper_layouts import layouts_for
 from vlbench.report.reference import read_map
 from vlbench.report.summary import coverage_lines_of

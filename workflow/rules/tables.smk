@@ -179,7 +179,7 @@ rule provenance:
 
 
 # The end of a run says what the plan left out and which metrics could not be computed
-# (results/tables/not_run.csv lists both) and how much of each paper table it filled
+# (results/tables/not_run.csv lists both), which images a benchmark left out, and how much of each paper table it filled
 # (results/tables/coverage.md).
 onsuccess:
     remove_failed_run_note()
@@ -188,6 +188,8 @@ onsuccess:
     for _line in not_computable_summary(
         read_not_run("results/tables/not_run.csv"), "results/tables/not_run.csv"
     ):
+        logger.warning(_line)
+    for _line in skipped_images_summary(BENCHMARKS):
         logger.warning(_line)
     for _line in coverage_lines_of("results/tables/coverage.md"):
         logger.info(_line)

@@ -5,16 +5,19 @@ vlbench.workflow.preflight); the paper tables note them, this file lists them wi
 and the missing path, so the omission is in the results and not only at the top of a log. The
 tables job adds the metrics that could not be computed (kind `metric`, reason `not computable`:
 a few-shot k with a class smaller than k), with the classes, their counts and the models.
+Images a benchmark left out under `image_policy: skip` are named at the run's end as well.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from vlbench.atomic import write_text
+from vlbench.paths import PREPARED_DIR
 
 COLUMNS = ("kind", "key", "reason", "detail")
 NOT_COMPUTABLE = "not computable"
@@ -72,3 +75,26 @@ def not_computable_summary(rows: Iterable[Mapping[str, str]], path: str | Path) 
         for row in rows
         if row["reason"] == NOT_COMPUTABLE
     ]
+
+
+def skipped_images_summary(benchmarks: Iterable[str], shown: int = 3) -> list[str]:
+    """One line per benchmark whose prepare job left images out (`image_policy: skip`): how
+    many of how many, the first few ids with their reasons, and the file listing them all."""
+    lines = []
+    for benchmark in benchmarks:
+        meta_path = Path(PREPARED_DIR.format(benchmark=benchmark)) / "benchmark.json"
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        skipped = meta.get("skipped_images") or []
+        if not skipped:
+            continue
+        examples = "; ".join(f"{item['image_id']}: {item['reason']}" for item in skipped[:shown])
+        more = f"; and {len(skipped) - shown} more" if len(skipped) > shown else ""
+        lines.append(
+            f"vlbench: {benchmark}: {len(skipped)} of {meta.get('n_source_images', '?')} images "
+            f"left out (image_policy: skip): {examples}{more} (listed in {meta_path}, "
+            "skipped_images)"
+        )
+    return lines
