@@ -6,7 +6,8 @@ One run, advanced a stage at a time as a user would: the folder the next stage w
 file system (a tmpfs filled to its last block) for one invocation, then space is freed (the
 tmpfs is unmounted) and the next invocation meets the next full folder. The random checkpoint
 (written by torch.save, whose own error says only "file write failed"), the prepared parquet,
-the pixel cache, the embedding shards, the evaluation and the tables each meet one.
+the embedding shards, the evaluation and the tables each meet one. (The pixel cache on a full
+disk: tests/embedding/test_pixel_cache.py, on a real full file system too.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from workflow_helpers import run_in_own_session, write_shared_demo
 STAGES = [
     ("results/checkpoints", "init_random_checkpoint"),
     ("results/data", "prepare_benchmark"),
-    ("results/pixels", "embed"),
     ("results/embeddings", "embed"),
     ("results/ranks", "evaluate_paired"),
     ("results/tables", "tables"),
