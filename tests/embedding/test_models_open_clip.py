@@ -14,6 +14,7 @@ from PIL import Image
 
 from vlbench.embedding.models import (
     build_image_transform,
+    hub_pins,
     load_model,
     model_provenance,
     weights_files,
@@ -129,6 +130,35 @@ def test_hf_hub_name_downloads_at_the_pinned_revision(tmp_path: Path, loopback_h
     assert weights.name == "open_clip_pytorch_model.bin" and sha in str(weights)
     assert loopback_hub.served("GET", f"/org/tiny/resolve/{sha}/open_clip_pytorch_model.bin")
     assert not [path for _, path, _ in loopback_hub.requests if "/resolve/main/" in path]
+
+
+def test_a_weights_file_inside_a_hub_repository_loads_at_the_pinned_revision(
+    tmp_path: Path, loopback_hub
+) -> None:
+    """BioTrove-CLIP's layout: several checkpoints beside the repository's default weights,
+    each loaded into the architecture the entry names (as open_clip loads a file)."""
+    config = tmp_path / "vlbench-test-tiny.json"
+    config.write_text(json.dumps(TINY), encoding="utf-8")
+    repo = write_hub_repo(tmp_path / "repo", tiny_state(5))
+    name = "tinyclip-from-openai-epoch-40.pt"
+    torch.save(tiny_state(9), repo / name)
+    sha = loopback_hub.commit_folder("model", "org/trove", repo)
+    spec = {"name": "vlbench-test-tiny", "model_config": str(config)}
+    model = load_model(spec | {"pretrained": f"hf-hub:org/trove/{name}", "revision": sha}, CPU)
+    assert (model.source["repo"], model.source["revision"], model.source["file"]) == (
+        "org/trove",
+        sha,
+        name,
+    )
+    assert loopback_hub.served("GET", f"/org/trove/resolve/{sha}/{name}")
+    local = load_model(spec | {"pretrained": str(repo / name)}, CPU)
+    pixels = local.preprocess(random_image(3)).unsqueeze(0)
+    np.testing.assert_array_equal(model.encode_images(pixels), local.encode_images(pixels))
+    assert hub_pins(spec | {"pretrained": f"hf-hub:org/trove/{name}"}) == [
+        ("revision", "org/trove", "model")
+    ]
+    with pytest.raises(VlbenchError, match="'hf-hub:org/repo/file.pt'"):
+        hub_pins(spec | {"pretrained": "hf-hub:org/trove"})
 
 
 @pytest.mark.parametrize("revision", [None, "main", "abc123"])

@@ -208,10 +208,10 @@ def test_coverage_names_what_cannot_be_reproduced_and_what_was_not_run(tmp_path:
     published = [v for v in reference if v.table == "biocap-table1"]
     assert coverage.published == len(published) and coverage.ours == 1
     reproducible = coverage.reasons["not reproducible"]
-    assert sum(reproducible.values()) == 22  # FG-CLIP and BioTrove-CLIP, 11 cells each
-    assert any(detail.startswith("FG-CLIP: needs remote code") for detail in reproducible)
-    # The NABirds and Mean cells (NABirds is part of the mean) of the four reproducible models.
-    assert coverage.reasons["not run, data missing"] == {"nabirds": 8}
+    assert sum(reproducible.values()) == 11  # FG-CLIP's 11 cells (BioTrove-CLIP now runs)
+    assert any(detail.startswith("FG-CLIP: no adapter yet") for detail in reproducible)
+    # The NABirds and Mean cells (NABirds is part of the mean) of the five reproducible models.
+    assert coverage.reasons["not run, data missing"] == {"nabirds": 10}
     configured = coverage.reasons["not configured"]
     assert configured["model BioCAP"] == 9  # no key of this config stands for BioCAP
     assert configured["benchmark of Plankton"] == 1  # BioCLIP's row: no key for the column

@@ -33,6 +33,9 @@ def _open_clip_pins(spec: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         return _hub_name_pins(spec)
     if looks_like_path(pretrained):
         return []  # a local checkpoint
+    hub_file = hub.split_hub_file(pretrained)
+    if hub_file:
+        return [("revision", hub_file[0], "model")]  # a weights file inside a hub repository
     repo = tag_hub_repo(name, pretrained)  # a static table: planning never imports open_clip
     check_activation(name, pretrained)
     return [("revision", repo, "model")] if repo else []

@@ -41,6 +41,20 @@ def split_schema(identifier: str) -> tuple[str | None, str]:
     return None, identifier
 
 
+def split_hub_file(pretrained: str) -> tuple[str, str] | None:
+    """('org/repo', 'path/in/repo.pt') for `hf-hub:org/repo/path/in/repo.pt` (a weights file
+    inside a hub repository, as open_clip's `hf_hub` tags name theirs); None for anything else."""
+    if not pretrained.startswith(HF_HUB_PREFIX):
+        return None
+    parts = pretrained[len(HF_HUB_PREFIX) :].split("/", 2)
+    if len(parts) < 3 or not all(parts):
+        raise VlbenchError(
+            f"pretrained {pretrained!r}: name a file inside a hub repository as "
+            "'hf-hub:org/repo/file.pt' (a whole repository is a model 'name' instead)"
+        )
+    return f"{parts[0]}/{parts[1]}", parts[2]
+
+
 def require_revision(label: str, repo: str, revision: str | None, key: str = "revision") -> str:
     """The pinned commit of a hub repository, or a one-line error saying how to pin it."""
     if not revision:

@@ -201,6 +201,15 @@ def resolve_open_clip(spec: Mapping[str, Any]) -> OpenClipSource:
     if not pretrained:
         raise VlbenchError(f"model {name}: no weights; give 'pretrained' (a tag or a file)")
     record["pretrained"] = pretrained
+    hub_file = hub.split_hub_file(pretrained)
+    if hub_file:
+        # A weights file inside a hub repository (BioTrove-CLIP's three checkpoints): the
+        # architecture is `name`, the transform its default, as open_clip builds them for a file.
+        repo, filename = hub_file
+        revision = hub.require_revision(name, repo, spec.get("revision"))
+        checkpoint = hub.hub_file(repo, filename, revision)
+        record.update(repo=repo, revision=revision, file=filename)
+        return OpenClipSource(name, checkpoint, model_cfg, None, record)
     if looks_like_path(pretrained):
         checkpoint = Path(pretrained)
         if not checkpoint.is_file():
