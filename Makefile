@@ -11,9 +11,10 @@ TEST_WORKERS ?= 2
 
 venv: $(STAMP)
 
-$(STAMP): envs/requirements.txt envs/requirements-test.txt pyproject.toml
+$(STAMP): envs/requirements.txt envs/requirements-test.txt envs/requirements-test-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r envs/requirements.txt -r envs/requirements-test.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps -r envs/requirements-test-nodeps.txt
 	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

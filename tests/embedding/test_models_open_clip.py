@@ -157,7 +157,7 @@ def test_a_weights_file_inside_a_hub_repository_loads_at_the_pinned_revision(
     assert hub_pins(spec | {"pretrained": f"hf-hub:org/trove/{name}"}) == [
         ("revision", "org/trove", "model")
     ]
-    with pytest.raises(VlbenchError, match="'hf-hub:org/repo/file.pt'"):
+    with pytest.raises(VlbenchError, match=re.escape("'hf-hub:org/repo/file.pt'")):
         hub_pins(spec | {"pretrained": "hf-hub:org/trove"})
 
 

@@ -194,7 +194,7 @@ def test_writer_writes_every_format_and_the_coverage(biomedflickr_table, tmp_pat
 
 
 def test_coverage_names_what_cannot_be_reproduced_and_what_was_not_run(tmp_path: Path) -> None:
-    """Published rows of FG-CLIP are not reproducible; a benchmark left out is not run."""
+    """No published row of BioCAP Table 1 is unreproducible; a benchmark left out is not run."""
     layout = LAYOUTS["biocap-table1"]
     mapping = read_map(SHIPPED_MAP)
     reference = read_reference(SHIPPED_REFERENCE)
@@ -207,11 +207,9 @@ def test_coverage_names_what_cannot_be_reproduced_and_what_was_not_run(tmp_path:
     assert coverage is not None
     published = [v for v in reference if v.table == "biocap-table1"]
     assert coverage.published == len(published) and coverage.ours == 1
-    reproducible = coverage.reasons["not reproducible"]
-    assert sum(reproducible.values()) == 11  # FG-CLIP's 11 cells (BioTrove-CLIP now runs)
-    assert any(detail.startswith("FG-CLIP: no adapter yet") for detail in reproducible)
-    # The NABirds and Mean cells (NABirds is part of the mean) of the five reproducible models.
-    assert coverage.reasons["not run, data missing"] == {"nabirds": 10}
+    assert "not reproducible" not in coverage.reasons  # every model of the table runs
+    # The NABirds and Mean cells (NABirds is part of the mean) of its six models.
+    assert coverage.reasons["not run, data missing"] == {"nabirds": 12}
     configured = coverage.reasons["not configured"]
     assert configured["model BioCAP"] == 9  # no key of this config stands for BioCAP
     assert configured["benchmark of Plankton"] == 1  # BioCLIP's row: no key for the column

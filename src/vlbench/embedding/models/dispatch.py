@@ -75,6 +75,8 @@ ADAPTERS: dict[str, Adapter] = {
     "open_clip": Adapter("open_clip_adapter", "load_open_clip", _open_clip_pins),
     "pmc_clip": Adapter("pmc_clip", "load_pmc_clip", _pmc_clip_pins, folder_weights=True),
     "hf_clip": Adapter("hf_clip", "load_hf_clip", _hub_name_pins),
+    "fg_clip": Adapter("fg_clip", "load_fg_clip", _hub_name_pins),
+    "imagebind": Adapter("imagebind", "load_imagebind", lambda spec: []),
 }
 DEFAULT_ADAPTER = "open_clip"
 
