@@ -55,14 +55,15 @@ def test_biovita_has_both_directions_of_both_subsets(runs) -> None:
     workdir, _ = runs["biovita"]
     ours = {row["model_key"]: row for row in table_rows(workdir, "biovita-unseen")}
     ours.pop("", None)
-    assert sorted(ours) == ["bioclip-2", "biovita"]  # BioVITA Stage 2's row beside BioCLIP 2's
+    assert sorted(ours) == ["bioclip-2", "biovita", "imagebind"]  # every system of the table
     for row in ours.values():
         for level in ("Species", "Genus"):
             for direction in ("I2T", "T2I"):
                 for k in (1, 5, 10):
                     assert row[f"{level} {direction} top-{k} ours"], (level, direction, k)
-    assert ours["biovita"]["reference_model"] == "BioVITA (Stage2)"
-    assert ours["biovita"]["Species I2T top-1 published"]  # beside its own published cells
+    for key, reference in (("biovita", "BioVITA (Stage2)"), ("imagebind", "ImageBind")):
+        assert ours[key]["reference_model"] == reference
+        assert ours[key]["Species I2T top-1 published"]  # beside its own published cells
 
 
 def test_report_leads_with_the_coverage_lines(runs) -> None:

@@ -24,6 +24,14 @@ def args_for(tmp_path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def paired_args(tmp_path, *extra: str) -> list[str]:
+    """`args_for` a paired run, image queries, with the qrels file the test wrote."""
+    qrels = str(tmp_path / "qrels.parquet")
+    return args_for(
+        tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels, *extra
+    )
+
+
 def save(tmp_path, name: str, vectors: np.ndarray, ids: list[str], groups=None) -> None:
     np.save(tmp_path / f"{name}.npy", vectors)
     table = {"id": ids} if groups is None else {"id": ids, "group": groups}
@@ -154,21 +162,8 @@ def paired_files(tmp_path) -> None:
 def test_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, option, value) -> None:
     paired_files(tmp_path)
     value = str(tmp_path) if value == "DIRECTORY" else value
-    qrels = str(tmp_path / "qrels.parquet")
     with pytest.raises(SystemExit) as info:
-        main(
-            args_for(
-                tmp_path,
-                "--protocol",
-                "paired",
-                "--direction",
-                "image_to_text",
-                "--qrels",
-                qrels,
-                option,
-                value,
-            )
-        )
+        main(paired_args(tmp_path, option, value))
     assert info.value.code == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error
@@ -179,23 +174,7 @@ def test_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, option
 def test_out_dash_writes_the_csv_to_stdout(tmp_path, capsys, monkeypatch) -> None:
     paired_files(tmp_path)
     monkeypatch.chdir(tmp_path)
-    qrels = str(tmp_path / "qrels.parquet")
-    assert (
-        main(
-            args_for(
-                tmp_path,
-                "--protocol",
-                "paired",
-                "--direction",
-                "image_to_text",
-                "--qrels",
-                qrels,
-                "--out",
-                "-",
-            )
-        )
-        == 0
-    )
+    assert main(paired_args(tmp_path, "--out", "-")) == 0
     captured = capsys.readouterr()
     rows = pl.read_csv(captured.out.encode())
     assert rows.columns[:3] == ["benchmark", "subset", "model"]
@@ -208,15 +187,7 @@ def test_complex_embeddings_are_refused_naming_the_file(tmp_path, capsys) -> Non
     paired_files(tmp_path)
     vectors = np.load(tmp_path / "queries.npy").astype(np.complex64) * (1 + 1j)
     np.save(tmp_path / "queries.npy", vectors)
-    qrels = str(tmp_path / "qrels.parquet")
-    assert (
-        main(
-            args_for(
-                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
-            )
-        )
-        == 1
-    )
+    assert main(paired_args(tmp_path)) == 1
     error = capsys.readouterr().err.strip()
     assert "queries.npy" in error and "complex" in error and "\n" not in error
     assert not (tmp_path / "metrics.csv").exists()
@@ -414,15 +385,7 @@ def test_a_nan_or_zero_row_names_the_file_row_and_id(tmp_path, capsys, bad: floa
     vectors = np.load(tmp_path / "gallery.npy")
     vectors[3] = bad
     np.save(tmp_path / "gallery.npy", vectors)
-    qrels = str(tmp_path / "qrels.parquet")
-    assert (
-        main(
-            args_for(
-                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
-            )
-        )
-        == 1
-    )
+    assert main(paired_args(tmp_path)) == 1
     what = "all zeros" if bad == 0 else "NaN or infinite"
     error = capsys.readouterr().err.strip()
     assert error == f"vlbench error: {tmp_path / 'gallery.npy'}: row 3 (id 'x3') is {what}"
@@ -443,15 +406,7 @@ def test_a_file_that_is_no_npy_matrix_says_so(tmp_path, capsys, content, said: s
         np.save(queries, np.array([[1, "a"]], dtype=object), allow_pickle=True)
     else:
         queries.write_bytes(content)
-    qrels = str(tmp_path / "qrels.parquet")
-    assert (
-        main(
-            args_for(
-                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
-            )
-        )
-        == 1
-    )
+    assert main(paired_args(tmp_path)) == 1
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"vlbench error: queries: {queries} {said}"), error
     assert "pickled" not in error
@@ -466,14 +421,7 @@ def test_a_negative_or_fractional_relevance_is_refused(tmp_path, capsys, relevan
         {"query_id": ids, "item_id": ids, "relevance": grades}, strict=False
     ).write_parquet(tmp_path / "qrels.parquet")
     qrels = str(tmp_path / "qrels.parquet")
-    assert (
-        main(
-            args_for(
-                tmp_path, "--protocol", "paired", "--direction", "image_to_text", "--qrels", qrels
-            )
-        )
-        == 1
-    )
+    assert main(paired_args(tmp_path)) == 1
     error = capsys.readouterr().err.strip()
     shown = {-1: "-1.0", 0.5: "0.5", None: "None"}[relevance]
     assert error == (

@@ -128,6 +128,15 @@ _CAMERA_TRAP_NOTE = (
     "papers' evaluation scripts run them."
 )
 
+# The published BioTrove-CLIP row names a repository, not a file: BioCAP's project page says
+# "BioTrove-CLIP (ViT-B/16)" (github.com/Imageomics/biocap, branch gh-pages at commit
+# 5807b7f12eecd61aa0f15ab4f1d3fd6929b060c6, index.html L121), BioCLIP 2's the same.
+_BIOTROVE_NOTE = (
+    "BioTrove-CLIP: the paper names the repository BGLab/BioTrove-CLIP, not one of its three "
+    "checkpoints (from OpenAI CLIP, from BioCLIP, from MetaCLIP); a config can run each as its "
+    "own row beside the one published cell; the differences show which one it matches."
+)
+
 BIOCAP_TABLE1 = PaperLayout(
     table="biocap-table1",
     title="BioCAP Table 1: zero-shot species classification, top-1 accuracy",
@@ -136,6 +145,7 @@ BIOCAP_TABLE1 = PaperLayout(
     notes=(
         "Mean is the unweighted mean of the ten dataset columns, as the paper computes it.",
         _CAMERA_TRAP_NOTE,
+        _BIOTROVE_NOTE,
     ),
 )
 
@@ -144,7 +154,11 @@ BIOCLIP2_ZEROSHOT = PaperLayout(
     title="BioCLIP 2 zero-shot species classification, top-1 accuracy (same datasets)",
     columns=_ZEROSHOT_COLUMNS,
     mean=_ZEROSHOT_MEAN,
-    notes=("Mean is the unweighted mean of the ten dataset columns.", _CAMERA_TRAP_NOTE),
+    notes=(
+        "Mean is the unweighted mean of the ten dataset columns.",
+        _CAMERA_TRAP_NOTE,
+        _BIOTROVE_NOTE,
+    ),
 )
 
 _TABLE2_COLUMNS = (
@@ -177,6 +191,7 @@ BIOCAP_TABLE2 = PaperLayout(
         "metric rows label k = 100.",
         "I2T = image queries against the caption gallery; T2I = caption queries against the "
         "image gallery. Mean is the unweighted mean of the eight columns.",
+        _BIOTROVE_NOTE,
     ),
 )
 

@@ -30,9 +30,15 @@ from typing import Any
 
 import torch
 
-from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
+from vlbench.embedding.models.base import EmbeddingModel
 from vlbench.embedding.models.checkpoints import read_state_dict
-from vlbench.embedding.models.hf_clip import HfClip, HfTokenizer, resolve_hf_dir, weight_files
+from vlbench.embedding.models.hf_clip import (
+    HfClip,
+    HfTokenizer,
+    open_hf_folder,
+    resolve_hf_dir,
+    weight_files,
+)
 from vlbench.embedding.models.transforms import build_image_transform, describe_open_clip
 from vlbench.errors import VlbenchError
 
@@ -95,18 +101,15 @@ def load_fg_clip(spec: Mapping[str, Any], device: torch.device | None = None) ->
     """FG-CLIP's short-caption path (module docstring), from a pinned hub snapshot or folder."""
     from transformers import AutoTokenizer, CLIPImageProcessor
 
-    name = spec["name"]
-    precision = spec.get("precision", "fp32")
-    device = device or pick_device()
-    check_precision(name, precision, device)
-    directory, record = resolve_hf_dir(spec)
-    files = weight_files(directory)
+    folder = open_hf_folder(spec, device)
+    name, directory = folder.name, folder.directory
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
         processor = CLIPImageProcessor.from_pretrained(str(directory))
     except (OSError, ValueError, KeyError) as exc:
         raise VlbenchError(f"model {name}: cannot load ({str(exc).splitlines()[0]})") from exc
-    model = _clip_model(directory, _short_path_state(files, name), tokenizer.eos_token_id, name)
+    state = _short_path_state(folder.files, name)
+    model = _clip_model(directory, state, tokenizer.eos_token_id, name)
     context_length = int(spec.get("context_length", CONTEXT_LENGTH))
     if context_length != CONTEXT_LENGTH:
         raise VlbenchError(
@@ -123,15 +126,15 @@ def load_fg_clip(spec: Mapping[str, Any], device: torch.device | None = None) ->
         }
     )
     return EmbeddingModel(
-        model=HfClip(model).to(device).eval(),
+        model=HfClip(model).to(folder.device).eval(),
         preprocess=build_image_transform(image_transform),
         tokenizer=InputIdsTokenizer(tokenizer, context_length),
-        device=device,
-        precision=precision,
+        device=folder.device,
+        precision=folder.precision,
         image_transform=image_transform,
         context_length=context_length,
-        weights=files,
-        source={"adapter": "fg_clip", "name": name, "path": "short captions", **record},
+        weights=folder.files,
+        source={"adapter": "fg_clip", "name": name, "path": "short captions", **folder.record},
     )
 
 

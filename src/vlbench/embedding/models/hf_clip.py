@@ -9,6 +9,7 @@ image processor.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +101,34 @@ def weight_files(directory: Path) -> list[Path]:
     raise VlbenchError(f"{directory}: no {' or '.join(WEIGHT_NAMES)}")
 
 
-def load_hf_clip(spec: Mapping[str, Any], device: torch.device | None = None) -> EmbeddingModel:
-    """A transformers CLIP-family model with its own tokenizer and image processor."""
-    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+@dataclass(frozen=True)
+class HfFolder:
+    """A transformers model folder ready to load: where, from where, and how to run it."""
 
+    name: str
+    precision: str
+    device: torch.device
+    directory: Path
+    record: dict[str, Any]
+    files: list[Path]
+
+
+def open_hf_folder(spec: Mapping[str, Any], device: torch.device | None) -> HfFolder:
+    """Check the precision on the device, then resolve the folder and its weights file."""
     name = spec["name"]
     precision = spec.get("precision", "fp32")
     device = device or pick_device()
     check_precision(name, precision, device)
     directory, record = resolve_hf_dir(spec)
-    files = weight_files(directory)
+    return HfFolder(name, precision, device, directory, record, weight_files(directory))
+
+
+def load_hf_clip(spec: Mapping[str, Any], device: torch.device | None = None) -> EmbeddingModel:
+    """A transformers CLIP-family model with its own tokenizer and image processor."""
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+    folder = open_hf_folder(spec, device)
+    name, directory = folder.name, folder.directory
     try:
         model = AutoModel.from_pretrained(str(directory), dtype=torch.float32)
         processor = AutoImageProcessor.from_pretrained(str(directory))
@@ -127,15 +146,15 @@ def load_hf_clip(spec: Mapping[str, Any], device: torch.device | None = None) ->
         )
     image_transform = describe_hf_processor(processor)
     return EmbeddingModel(
-        model=HfClip(model).to(device).eval(),
+        model=HfClip(model).to(folder.device).eval(),
         preprocess=hf_processor_transform(processor),
         tokenizer=HfTokenizer(tokenizer, context_length),
-        device=device,
-        precision=precision,
+        device=folder.device,
+        precision=folder.precision,
         image_transform=image_transform,
         context_length=context_length,
-        weights=files,
-        source={"adapter": "hf_clip", "name": name, "class": type(model).__name__, **record},
+        weights=folder.files,
+        source={"adapter": "hf_clip", "name": name, "class": type(model).__name__, **folder.record},
     )
 
 
