@@ -19,6 +19,7 @@ from vlbench.metrics.outcomes import (
     true_recall,
 )
 from vlbench.metrics.statistics import (
+    all_paired_tests,
     bootstrap_interval,
     indistinguishable_from_chance,
     paired_test,
@@ -71,6 +72,29 @@ def test_paired_test_separates_real_from_null_differences() -> None:
     assert paired_test(noise, a, 200, 2000, seed=0).p_value > 0.01
 
 
+@pytest.mark.parametrize("kind", ["hits", "graded", "ties"])
+def test_all_pairs_in_one_pass_equal_each_pair_tested_alone(kind: str) -> None:
+    rng = np.random.default_rng(7)
+    if kind == "hits":  # Recall@k: 0/1 outcomes, many permuted means equal to the observed one
+        outcomes = (rng.random((6, 150)) < rng.random((6, 1))).astype(float)
+    elif kind == "graded":  # AP, nDCG
+        outcomes = rng.random((6, 150)) ** 3
+    else:  # two identical models and a constant one
+        base = (rng.random(150) < 0.5).astype(float)
+        outcomes = np.vstack([base, base, np.ones(150), (rng.random(150) < 0.4).astype(float)])
+    together = all_paired_tests(outcomes, 300, 700, seed=3, confidence=0.9)
+    assert sorted(together) == [
+        (i, j) for i in range(len(outcomes)) for j in range(i + 1, len(outcomes))
+    ]
+    for (i, j), test in together.items():
+        alone = paired_test(outcomes[i], outcomes[j], 300, 700, seed=3, confidence=0.9)
+        assert test.p_value == alone.p_value, (i, j)
+        assert test.n_queries == alone.n_queries
+        ours = (test.difference, test.low, test.high)
+        theirs = (alone.difference, alone.low, alone.high)
+        assert ours == pytest.approx(theirs, abs=1e-12), (i, j)
+
+
 def test_chance_flag() -> None:
     assert indistinguishable_from_chance(0.0, 0.0, 0.014) is True
     assert indistinguishable_from_chance(2.0, 5.0, 0.014) is False
@@ -113,3 +137,62 @@ def test_chance_levels_equal_the_average_over_every_placement(n: int, r: int) ->
         outcomes, _ = fn(everything)
         _, chance = fn(one)
         assert chance[0] == pytest.approx(outcomes.mean()), name
+
+
+def test_paired_rows_test_every_pair_on_the_common_queries(tmp_path) -> None:
+    """Outcome files as the evaluation writes them (rows in another order for one model): one
+    pass for all pairs when the models share their queries, pair by pair when they do not; both
+    equal `paired_test` on the queries aligned."""
+    import polars as pl
+
+    from vlbench.metrics.rows import StatsSettings, paired_rows
+
+    rng = np.random.default_rng(11)
+    queries = [f"q{i}" for i in range(80)]
+    hits = {
+        m: (rng.random(80) < p).astype(float) * 100
+        for m, p in zip("abc", (0.3, 0.5, 0.7), strict=True)
+    }
+    files = []
+    for model, values in hits.items():
+        order = np.arange(80)[::-1] if model == "b" else np.arange(80)
+        frame = pl.DataFrame(
+            {
+                "benchmark": "bench",
+                "subset": "test",
+                "direction": "image_to_text",
+                "model": model,
+                "metric": "recall",
+                "k": pl.Series([1] * 80, dtype=pl.Int64),
+                "statistic": "mean",
+                "query_id": [queries[i] for i in order],
+                "outcome": values[order],
+            }
+        )
+        files.append(tmp_path / f"{model}.parquet")
+        frame.write_parquet(files[-1])
+    settings = StatsSettings.from_config({"permutation_samples": 500, "bootstrap_samples": 200})
+    rows = paired_rows(files, settings)
+    assert rows.select("model_a", "model_b").rows() == [("a", "b"), ("a", "c"), ("b", "c")]
+    for row in rows.iter_rows(named=True):
+        alone = paired_test(
+            hits[row["model_a"]],
+            hits[row["model_b"]],
+            settings.bootstrap_samples,
+            settings.permutation_samples,
+            settings.seed,
+            settings.confidence,
+        )
+        assert row["p_value"] == alone.p_value and row["n_queries"] == 80
+        assert (row["difference"], row["diff_low"], row["diff_high"]) == pytest.approx(
+            (alone.difference, alone.low, alone.high), abs=1e-9
+        )
+    # A model without one of the queries: its pairs are on the queries both have.
+    pl.read_parquet(files[2]).filter(pl.col("query_id") != "q5").write_parquet(files[2])
+    partial = paired_rows(files, settings).filter(pl.col("model_b") == "c")
+    assert partial["n_queries"].to_list() == [79, 79]
+    keep = np.array([q != "q5" for q in queries])
+    alone = paired_test(
+        hits["a"][keep], hits["c"][keep], 200, 500, settings.seed, settings.confidence
+    )
+    assert partial["p_value"][0] == alone.p_value

@@ -16,6 +16,8 @@ from vlbench.config import schema_defaults
 from vlbench.metrics.outcomes import QueryRanks
 from vlbench.metrics.specs import protocol_metrics
 from vlbench.metrics.statistics import (
+    PairedTest,
+    all_paired_tests,
     bootstrap_interval,
     indistinguishable_from_chance,
     paired_test,
@@ -204,11 +206,29 @@ def paired_rows(outcome_files: Iterable[str | Path], settings: StatsSettings) ->
     keys = ["benchmark", "subset", "direction", "metric", "k"]
     rows = []
     for key, frame in table.group_by(keys, maintain_order=True):
+        labels = dict(zip(keys, key, strict=True))
         models = sorted(frame["model"].unique().to_list())
+        by_model = {
+            model: frame.filter(pl.col("model") == model).select("query_id", "outcome")
+            for model in models
+        }
+        matrix = _common_queries(by_model)
+        if matrix is not None:
+            tests = all_paired_tests(
+                matrix,
+                settings.bootstrap_samples,
+                settings.permutation_samples,
+                settings.seed,
+                settings.confidence,
+            )
+            for (i, j), test in tests.items():
+                means = (float(matrix[i].mean()), float(matrix[j].mean()))
+                rows.append(_paired_row(labels, (models[i], models[j]), means, test))
+            continue
         for model_a, model_b in itertools.combinations(models, 2):
-            a = frame.filter(pl.col("model") == model_a).select("query_id", "outcome")
-            b = frame.filter(pl.col("model") == model_b).select("query_id", "outcome")
-            joined = a.join(b, on="query_id", how="inner", suffix="_b")
+            joined = by_model[model_a].join(
+                by_model[model_b], on="query_id", how="inner", suffix="_b", maintain_order="left"
+            )
             if joined.height == 0:
                 continue
             test = paired_test(
@@ -219,23 +239,52 @@ def paired_rows(outcome_files: Iterable[str | Path], settings: StatsSettings) ->
                 settings.seed,
                 settings.confidence,
             )
-            rows.append(
-                {
-                    **dict(zip(keys, key, strict=True)),
-                    "model_a": model_a,
-                    "model_b": model_b,
-                    "value_a": float(joined["outcome"].mean()),
-                    "value_b": float(joined["outcome_b"].mean()),
-                    "difference": test.difference,
-                    "diff_low": test.low,
-                    "diff_high": test.high,
-                    "p_value": test.p_value,
-                    "n_queries": test.n_queries,
-                }
-            )
+            means = (float(joined["outcome"].mean()), float(joined["outcome_b"].mean()))
+            rows.append(_paired_row(labels, (model_a, model_b), means, test))
     if not rows:
         return pl.DataFrame(schema=dict.fromkeys(PAIRED_COLUMNS, pl.String))
     return pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(PAIRED_COLUMNS)
+
+
+def _common_queries(by_model: Mapping[str, pl.DataFrame]) -> np.ndarray | None:
+    """Models x queries outcomes when every model has the same queries (each once), in the
+    first model's query order; None otherwise (the pairs are then joined one by one)."""
+    frames = list(by_model.values())
+    order = frames[0]["query_id"]
+    if order.n_unique() != len(order):
+        return None
+    rows = []
+    for frame in frames:
+        if frame.height != len(order) or frame["query_id"].n_unique() != frame.height:
+            return None
+        aligned = pl.DataFrame({"query_id": order}).join(
+            frame, on="query_id", how="left", maintain_order="left"
+        )
+        if aligned["outcome"].null_count():
+            return None
+        rows.append(aligned["outcome"].to_numpy())
+    return np.vstack(rows).astype(np.float64)
+
+
+def _paired_row(
+    labels: Mapping[str, Any],
+    models: tuple[str, str],
+    means: tuple[float, float],
+    test: PairedTest,
+) -> dict[str, Any]:
+    """One row of paired_tests.csv."""
+    return {
+        **labels,
+        "model_a": models[0],
+        "model_b": models[1],
+        "value_a": means[0],
+        "value_b": means[1],
+        "difference": test.difference,
+        "diff_low": test.low,
+        "diff_high": test.high,
+        "p_value": test.p_value,
+        "n_queries": test.n_queries,
+    }
 
 
 # The BioMedFlickr notebook names the directions the other way round: its "I2T" column holds

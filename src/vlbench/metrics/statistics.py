@@ -122,6 +122,73 @@ def paired_test(
     return PairedTest(observed, low, high, p_value, len(diff))
 
 
+def all_paired_tests(
+    outcomes: np.ndarray,
+    bootstrap_samples: int = 1000,
+    permutation_samples: int = 10000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[tuple[int, int], PairedTest]:
+    """`paired_test` of every pair (i, j), i < j, of the rows of `outcomes` (models x queries,
+    the same queries in the same order), in one pass over the resamples.
+
+    `paired_test` draws the same bootstrap indices and the same sign flips for every pair of
+    one query count (its generators are seeded by `seed` alone), and a mean is linear: the mean
+    difference of a resample is the difference of the two models' resample means, and a
+    sign-flipped mean difference is the difference of the two models' sign-flipped means. So
+    each model's resample means are computed once (models x resamples x queries work) and each
+    pair costs only a subtraction over the resamples, not over the queries: 100 models make
+    4,950 pairs at the cost of about 100 one-model passes. Equal to `paired_test` up to float
+    rounding (tests/metrics/test_statistics.py).
+    """
+    values = np.asarray(outcomes, dtype=np.float64)
+    models, n = values.shape
+    pairs = [(i, j) for i in range(models) for j in range(i + 1, models)]
+    boot = _resampled_means(values, bootstrap_samples, seed)
+    flipped = _sign_flipped_means(values, permutation_samples, seed + 1)
+    alpha = (1.0 - confidence) / 2.0
+    tests = {}
+    for i, j in pairs:
+        diff = values[i] - values[j]
+        observed = float(diff.mean())
+        if n < 2 or bootstrap_samples < 1:
+            low = high = observed
+        else:
+            low, high = (float(q) for q in np.quantile(boot[i] - boot[j], [alpha, 1.0 - alpha]))
+        if not np.any(diff):
+            tests[i, j] = PairedTest(observed, low, high, 1.0, n)
+            continue
+        tolerance = 1e-12 * max(1.0, abs(observed))
+        permuted = np.abs(flipped[i] - flipped[j])
+        extreme = int(np.count_nonzero(permuted >= abs(observed) - tolerance))
+        tests[i, j] = PairedTest(observed, low, high, (1 + extreme) / (1 + permutation_samples), n)
+    return tests
+
+
+def _resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    """Each row's mean over the bootstrap resamples `_resampled` draws (rows x samples)."""
+    rng = np.random.default_rng(seed)
+    models, n = values.shape
+    out = np.empty((models, samples))
+    for start in range(0, samples, _CHUNK):
+        stop = min(start + _CHUNK, samples)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        out[:, start:stop] = values[:, picks].mean(axis=2)
+    return out
+
+
+def _sign_flipped_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    """Each row's mean under the sign flips `paired_test` draws (rows x samples)."""
+    rng = np.random.default_rng(seed)
+    models, n = values.shape
+    out = np.empty((models, samples))
+    for start in range(0, samples, _CHUNK):
+        stop = min(start + _CHUNK, samples)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(stop - start, n))
+        out[:, start:stop] = values @ signs.T / n
+    return out
+
+
 def indistinguishable_from_chance(
     ci_low: float, ci_high: float, chance: float | None, higher_is_better: bool = True
 ) -> bool | None:
