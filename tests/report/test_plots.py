@@ -190,3 +190,22 @@ def test_example_figure_frames_the_correct_items(prepared, tmp_path: Path) -> No
         item in example.relevant for example in examples for item in example.items
     )
     assert all(max(s.get_linewidth() for s in axis.spines.values()) == 4 for axis in ticked)
+
+
+def test_thumbnails_of_large_jpegs_come_from_a_reduced_decode() -> None:
+    """A draft (DCT-scaled) decode: the same thumbnail size, close to a full decode's pixels."""
+    from PIL import Image
+
+    from vlbench.report.qualitative import THUMBNAIL_PIXELS, _thumbnail
+
+    y, x = np.mgrid[0:1300, 0:1600]
+    photo = np.stack([x % 256, y % 256, (x + y) % 256], axis=-1).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(photo).save(buffer, "JPEG", quality=92)
+    thumbnail = _thumbnail(buffer.getvalue())
+    with Image.open(io.BytesIO(buffer.getvalue())) as image:
+        assert image.draft("RGB", (THUMBNAIL_PIXELS, THUMBNAIL_PIXELS)) is not None
+        full = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    full.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS))
+    assert thumbnail.shape == np.asarray(full).shape == (130, 160, 3)
+    assert np.abs(thumbnail.astype(int) - np.asarray(full).astype(int)).mean() < 8
