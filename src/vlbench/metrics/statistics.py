@@ -165,28 +165,40 @@ def all_paired_tests(
     return tests
 
 
-def _resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
-    """Each row's mean over the bootstrap resamples `_resampled` draws (rows x samples)."""
+def _per_chunk(
+    values: np.ndarray,
+    samples: int,
+    seed: int,
+    chunk_means: Callable[[np.random.Generator, np.ndarray, int], np.ndarray],
+) -> np.ndarray:
+    """rows x samples: `chunk_means(rng, values, count)` for `count` samples at a time, drawn
+    in the chunks `_resampled` and `paired_test` draw theirs (so from the same stream)."""
     rng = np.random.default_rng(seed)
-    models, n = values.shape
-    out = np.empty((models, samples))
+    out = np.empty((values.shape[0], samples))
     for start in range(0, samples, _CHUNK):
         stop = min(start + _CHUNK, samples)
-        picks = rng.integers(0, n, size=(stop - start, n))
-        out[:, start:stop] = values[:, picks].mean(axis=2)
+        out[:, start:stop] = chunk_means(rng, values, stop - start)
     return out
+
+
+def _bootstrap_chunk(rng: np.random.Generator, values: np.ndarray, count: int) -> np.ndarray:
+    picks = rng.integers(0, values.shape[1], size=(count, values.shape[1]))
+    return values[:, picks].mean(axis=2)
+
+
+def _sign_flip_chunk(rng: np.random.Generator, values: np.ndarray, count: int) -> np.ndarray:
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(count, values.shape[1]))
+    return values @ signs.T / values.shape[1]
+
+
+def _resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    """Each row's mean over the bootstrap resamples `_resampled` draws (rows x samples)."""
+    return _per_chunk(values, samples, seed, _bootstrap_chunk)
 
 
 def _sign_flipped_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
     """Each row's mean under the sign flips `paired_test` draws (rows x samples)."""
-    rng = np.random.default_rng(seed)
-    models, n = values.shape
-    out = np.empty((models, samples))
-    for start in range(0, samples, _CHUNK):
-        stop = min(start + _CHUNK, samples)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(stop - start, n))
-        out[:, start:stop] = values @ signs.T / n
-    return out
+    return _per_chunk(values, samples, seed, _sign_flip_chunk)
 
 
 def indistinguishable_from_chance(
