@@ -15,29 +15,15 @@ from vlbench.hashing import CHECKSUM_CACHE_ENV
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
-# one worker (one cluster per machine). The longest units go first (the shipped BioCAP run,
-# about 5.5 min of a worker; the SLURM cluster; the other shipped configs), then the other
-# whole-workflow modules: long units start early instead of forming the tail.
+# one worker (one cluster per machine). Whole-workflow modules go first: the long units start
+# early instead of forming the tail.
 SHARED_SCOPES = ("tests/cluster/",)
-FIRST = (
-    "tests/end_to_end/test_shipped_biocap.py",
-    "tests/cluster/",
-    "tests/end_to_end/test_shipped_",
-    "tests/end_to_end/test_faults.py",
-    "tests/end_to_end/",
-)
-
-
-def _start_rank(item: pytest.Item) -> int:
-    for rank, prefix in enumerate(FIRST):
-        if item.nodeid.startswith(prefix):
-            return rank
-    return len(FIRST)
+FIRST = ("tests/cluster/", "tests/end_to_end/")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest units first (a stable sort: the same order on every worker)."""
-    items.sort(key=_start_rank)
+    """Put the whole-workflow tests first (a stable sort: the same order on every worker)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
