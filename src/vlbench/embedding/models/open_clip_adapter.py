@@ -25,6 +25,7 @@ from vlbench.embedding.models.checkpoints import (
     state_dict_mismatch,
 )
 from vlbench.embedding.models.hub import looks_like_path
+from vlbench.embedding.models.open_clip_tags import check_activation
 from vlbench.embedding.models.projections import (
     DEFAULT_IMAGE_PROJECTION,
     check_choice,
@@ -225,7 +226,7 @@ def resolve_open_clip(spec: Mapping[str, Any]) -> OpenClipSource:
         raise VlbenchError(
             f"model {name}: unknown pretrained tag '{pretrained}' (open_clip tags: {tags})"
         )
-    quickgelu.check_tag(name, pretrained, model_cfg)
+    check_activation(name, pretrained)  # the static table, tested equal to the registry
     checkpoint, where = _tag_checkpoint(name, pretrained, tag_cfg, spec.get("revision"))
     record.update(where)
     preprocess = {key: tag_cfg[key] for key in PREPROCESS_KEYS if key in tag_cfg}

@@ -85,24 +85,32 @@ def tag_hub_repo(name: str, tag: str) -> str | None:
     return known[clean_tag(tag)]
 
 
+def activation_refusal(
+    name: str, weights: str, trained_quick_gelu: bool, quickgelu_name_exists: bool
+) -> VlbenchError:
+    """The refusal of weights trained with the other activation than architecture `name`
+    builds, naming the name to use (one wording, at plan time and in the job)."""
+    if trained_quick_gelu:
+        fixed = name + QUICKGELU_SUFFIX
+        use = f"'{fixed}'" if quickgelu_name_exists else f"a {QUICKGELU_SUFFIX} variant of {name}"
+        return VlbenchError(
+            f"model {name} with {weights}: these weights were trained with QuickGELU but "
+            f"'{name}' builds plain GELU, which silently lowers scores; use name {use}"
+        )
+    return VlbenchError(
+        f"model {name} with {weights}: these weights were trained with plain GELU but '{name}' "
+        f"builds QuickGELU; use name '{name.removesuffix(QUICKGELU_SUFFIX)}'"
+    )
+
+
 def check_activation(name: str, tag: str) -> None:
     """Refuse a tag whose weights were trained with the activation `name` does not build
     (QuickGELU weights under a plain-GELU name, or the reverse), naming the name to use."""
     table = _static_table()
     trained = table["quick_gelu_differs"].get(name, {}).get(clean_tag(tag))
-    if trained is None:
-        return
-    if trained:
-        fixed = name + QUICKGELU_SUFFIX
-        use = f"'{fixed}'" if fixed in table["hub_repos"] else f"a {QUICKGELU_SUFFIX} {name}"
-        raise VlbenchError(
-            f"pretrained '{tag}' was trained with QuickGELU but '{name}' builds plain GELU, "
-            f"which silently lowers scores; use name {use}"
-        )
-    raise VlbenchError(
-        f"pretrained '{tag}' was trained with plain GELU but '{name}' builds QuickGELU; use name "
-        f"'{name.removesuffix(QUICKGELU_SUFFIX)}'"
-    )
+    if trained is not None:
+        exists = name + QUICKGELU_SUFFIX in table["hub_repos"]
+        raise activation_refusal(name, f"pretrained '{tag}'", trained, exists)
 
 
 def write_table(path: Path = TABLE) -> None:

@@ -2,8 +2,9 @@
 
 Since open_clip 2.29 the OpenAI, DFN and MetaCLIP weights must be loaded under the
 `-quickgelu` model name; under the plain name open_clip only warns and scores silently drop.
-open_clip's pretrained registry records `quick_gelu` per tag, and the OpenAI download URLs
-carry the sha256 of their files, so QuickGELU weights are also recognised as local files.
+open_clip's pretrained registry records `quick_gelu` per tag (tags are checked from its static
+copy, `open_clip_tags.check_activation`, at plan time and in the job); the OpenAI download URLs
+carry the sha256 of their files, so QuickGELU weights are also recognised as local files here.
 """
 
 from __future__ import annotations
@@ -15,39 +16,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vlbench.embedding.models.open_clip_tags import QUICKGELU_SUFFIX
+from vlbench.embedding.models.open_clip_tags import QUICKGELU_SUFFIX, activation_refusal
 from vlbench.errors import VlbenchError
 
 
-def _fix(name: str, wants_quick_gelu: bool) -> str:
+def _refuse(name: str, weights: str, trained_quick_gelu: bool) -> VlbenchError:
     import open_clip
 
-    if wants_quick_gelu:
-        candidate = name + QUICKGELU_SUFFIX
-        return candidate if candidate in open_clip.list_models() else f"a -quickgelu {name}"
-    return name.removesuffix(QUICKGELU_SUFFIX)
-
-
-def _refuse(name: str, weights: str, trained_quick_gelu: bool) -> VlbenchError:
-    if trained_quick_gelu:
-        return VlbenchError(
-            f"model {name} with {weights}: these weights were trained with QuickGELU but "
-            f"'{name}' builds plain GELU, which silently lowers scores; use name "
-            f"'{_fix(name, True)}'"
-        )
-    return VlbenchError(
-        f"model {name} with {weights}: these weights were trained with plain GELU but "
-        f"'{name}' builds QuickGELU; use name '{_fix(name, False)}'"
-    )
-
-
-def check_tag(name: str, tag: str, model_cfg: Mapping[str, Any]) -> None:
-    """Raise when a pretrained tag's activation differs from the architecture's."""
-    from open_clip.pretrained import get_pretrained_cfg
-
-    trained = bool(get_pretrained_cfg(name, tag).get("quick_gelu", False))
-    if trained != bool(model_cfg.get("quick_gelu", False)):
-        raise _refuse(name, f"pretrained '{tag}'", trained)
+    exists = name + QUICKGELU_SUFFIX in open_clip.list_models()
+    return activation_refusal(name, weights, trained_quick_gelu, exists)
 
 
 def _hash_in_url(url: str) -> str | None:
