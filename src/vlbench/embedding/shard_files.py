@@ -230,6 +230,14 @@ def load_embeddings(npy_path: str | Path, ids_path: str | Path) -> tuple[np.ndar
     """Read a gathered matrix (stored float32 or float16, returned float32) and its ids, once
     both match the digests recorded when they were written; check lengths."""
     require_gathered_intact(npy_path)
+    return read_checked_embeddings(npy_path, ids_path)
+
+
+def read_checked_embeddings(
+    npy_path: str | Path, ids_path: str | Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """`load_embeddings` for a caller that has already checked the files' digests in this
+    job (the evaluation job checks each matrix it reads once, before it indexes and ranks)."""
     matrix = np.load(npy_path, allow_pickle=False)
     ids = read_embedding_ids(ids_path)
     if matrix.ndim != 2 or matrix.shape[0] != len(ids):

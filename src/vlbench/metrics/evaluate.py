@@ -74,8 +74,11 @@ def evaluate(
 
     `labels` holds benchmark, subset and model; `ranking` the tie policy and block size.
     """
+    # Every matrix the job reads (and its ids) is checked against its digests once, here.
+    queries = [DIRECTIONS[direction][0] for direction in directions]
+    for modality in dict.fromkeys([*out.indexes, *queries]):  # galleries first
+        require_gathered_intact(embeddings[modality].embeddings)
     for gallery, index in out.indexes.items():
-        require_gathered_intact(embeddings[gallery].embeddings)
         build_flat_index(embeddings[gallery].embeddings, index)
     pairs = {}
     for direction in directions:

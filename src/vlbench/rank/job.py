@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_parquet, read_qrels
-from vlbench.embedding.shard_files import load_embeddings, read_embedding_ids
+from vlbench.embedding.shard_files import read_checked_embeddings, read_embedding_ids
 from vlbench.errors import VlbenchError
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS
@@ -70,10 +70,14 @@ def rank_direction(
     tie_policy: TiePolicy = "index",
     block_mb: int = 1024,
 ) -> int:
-    """Write the exact rank of every relevant (query, item) pair; return the number of pairs."""
+    """Write the exact rank of every relevant (query, item) pair; return the number of pairs.
+
+    The caller has checked the query matrix and both id files against their digests
+    (`vlbench.metrics.evaluate.evaluate`, once per file per job, before it builds the index
+    read here)."""
     query_modality, gallery_modality = DIRECTIONS[direction]
     data_dir = Path(data_dir)
-    query_vectors, query_ids = load_embeddings(queries_npy, query_ids_path)
+    query_vectors, query_ids = read_checked_embeddings(queries_npy, query_ids_path)
     gallery_vectors = read_index_vectors(index_path)
     gallery_ids = read_embedding_ids(gallery_ids_path)
     if len(gallery_ids) != len(gallery_vectors):
