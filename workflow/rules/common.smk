@@ -15,6 +15,7 @@ from vlbench.paths import (
     EMBEDDING_FILES,
     EMBEDDING_SHARDS,
     EMBEDDINGS_DIR,
+    FAILED_RUN_NOTE,
     PIXEL_CACHE_DIR,
     RANDOM_CHECKPOINT,
     SYNTHETIC_SOURCE,
@@ -59,7 +60,6 @@ from vlbench.workflow.preflight import (
     refuse_missing,
     render,
 )
-from vlbench.paths import FAILED_RUN_NOTE
 from vlbench.workflow.failures import (
     failed_job_causes,
     remove_failed_run_note,
@@ -154,6 +154,13 @@ wildcard_constraints:
 # --- Stage 1: benchmark sources ---------------------------------------------------------------
 
 
+def planning_refusal(error):
+    """What a job parameter raises to refuse the plan: Snakemake's error, and the cause again
+    as the run's last line (after Snakemake's frames)."""
+    say_last([f"vlbench error: {error}"])
+    return WorkflowError(str(error))
+
+
 def pinned():
     """Pin on first use: in a run that executes jobs (Snakemake's executor is set, not a dry
     run), the first parameter that reads a hub commit resolves and locks the missing ones into
@@ -162,8 +169,7 @@ def pinned():
         try:
             info, warnings = _first_use.resolve_into(config)
         except VlbenchError as error:
-            say_last([f"vlbench error: {error}"])  # the cause, after Snakemake's frames
-            raise WorkflowError(str(error)) from None
+            raise planning_refusal(error) from None
         for line in info:
             logger.info(f"vlbench pins: {line}")
         for line in warnings:
@@ -291,8 +297,7 @@ def checked_on_this_machine():
         try:
             check_precisions_here(config, MODELS)
         except VlbenchError as error:
-            say_last([f"vlbench error: {error}"])  # the cause, after Snakemake's frames
-            raise WorkflowError(str(error)) from None
+            raise planning_refusal(error) from None
 
 
 def embed_model_params(wildcards):

@@ -179,8 +179,8 @@ rule provenance:
 
 
 # The end of a run says what the plan left out and which metrics could not be computed
-# (results/tables/not_run.csv lists both), which images a benchmark left out, and how much of each paper table it filled
-# (results/tables/coverage.md).
+# (results/tables/not_run.csv lists both), which images a benchmark left out, and how much of
+# each paper table it filled (results/tables/coverage.md).
 onsuccess:
     remove_failed_run_note()
     if NOT_RUN_ROWS:
