@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from vlbench.embedding.models.base import EmbeddingModel
-from vlbench.embedding.models.checkpoints import read_state_dict
+from vlbench.embedding.models.checkpoints import read_state_dict, state_dict_mismatch
 from vlbench.embedding.models.hf_clip import (
     HfClip,
     HfTokenizer,
@@ -50,7 +50,7 @@ FG_CLIP_ONLY_KEYS = (
     "logit_scale_finegraind",
     "logit_scale_hardneg",
 )
-# Position-id buffers some saves include; CLIPModel makes its own.
+# Position-id buffers some saves include; CLIPModel makes its own (not in its state dict).
 POSITION_ID_KEYS = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
 CONTEXT_LENGTH = 77  # the short path's positions (M L257; README L103-113)
 IMAGE_SIZE = 224  # `image.resize((224, 224))` before the processor (coco_retrieval.py L44-46)
@@ -85,15 +85,13 @@ def _clip_model(directory: Path, state: dict[str, torch.Tensor], eos: int, label
     config = CLIPConfig.from_pretrained(str(directory))
     config.text_config.eos_token_id = eos  # pooling at the first <|endoftext|> (F L54-56)
     model = CLIPModel(config)
-    result = model.load_state_dict(state, strict=False)
-    missing = [key for key in result.missing_keys if key not in POSITION_ID_KEYS]
-    if missing or result.unexpected_keys:
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
         raise VlbenchError(
             f"model {label}: the checkpoint does not fit CLIP's architecture from "
-            f"{directory / 'config.json'} ({len(missing)} missing key(s): "
-            f"{', '.join(missing[:5]) or '-'}; {len(result.unexpected_keys)} unexpected key(s): "
-            f"{', '.join(result.unexpected_keys[:5]) or '-'})"
-        )
+            f"{directory / 'config.json'} ({state_dict_mismatch(exc)})"
+        ) from exc
     return model
 
 
