@@ -67,7 +67,7 @@ def stop_cleanly_on_interrupt() -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """The process ids of every live process below `pid` (children first)."""
+    """The process ids of every live process below `pid` (nearest first)."""
     children: dict[int, list[int]] = {}
     for child, parent in _parent_pairs():
         children.setdefault(parent, []).append(child)

@@ -38,7 +38,11 @@ from torch import nn
 
 from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
 from vlbench.embedding.models.checkpoints import read_state_dict, state_dict_mismatch
-from vlbench.embedding.models.transforms import build_image_transform, describe_open_clip
+from vlbench.embedding.models.transforms import (
+    OPENAI_PREPROCESS,
+    build_image_transform,
+    describe_open_clip,
+)
 from vlbench.errors import VlbenchError
 
 # imagebind_huge (IM L479-506) and the constructor defaults it keeps (IM L40-41).
@@ -57,8 +61,6 @@ IMAGEBIND_HUGE = {
     "vocab_size": 49408,
 }
 LAYER_NORM_EPS = 1e-6  # TR L173, L187; IM L315-322, L378-389
-OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)  # DA L88-98
-OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 TOWERS = ("vision", "text")
 PARTS = ("modality_preprocessors", "modality_trunks", "modality_heads")
 
@@ -260,23 +262,19 @@ def load_imagebind(spec: Mapping[str, Any], device: torch.device | None = None) 
     if not checkpoint.is_file():
         raise VlbenchError(f"model {name}: checkpoint file not found: {checkpoint}")
     dims = architecture(spec)
-    model = ImageBindTowers(dims)
+    # Built without memory and given the checkpoint's tensors (no random initialisation of
+    # about a billion parameters that the checkpoint would overwrite).
+    with torch.device("meta"):
+        model = ImageBindTowers(dims)
     try:
-        model.load_state_dict(towers_state(checkpoint), strict=True)
+        model.load_state_dict(towers_state(checkpoint), strict=True, assign=True)
     except RuntimeError as exc:
         raise VlbenchError(
             f"model {name}: {checkpoint} does not fit ImageBind's image and text towers "
             f"({state_dict_mismatch(exc)})"
         ) from exc
-    image_transform = describe_open_clip(
-        {
-            "size": dims["image_size"],
-            "resize_mode": "shortest",
-            "interpolation": "bicubic",
-            "mean": OPENAI_MEAN,
-            "std": OPENAI_STD,
-        }
-    )
+    # DA L88-98: Resize(224, bicubic), CenterCrop(224), OpenAI CLIP's mean and std.
+    image_transform = describe_open_clip({**OPENAI_PREPROCESS, "size": dims["image_size"]})
     tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=dims["context_length"])
     return EmbeddingModel(
         model=model.to(device).eval(),

@@ -34,7 +34,11 @@ from vlbench.embedding.models.checkpoints import (
     torch_load,
 )
 from vlbench.embedding.models.hf_clip import HfTokenizer
-from vlbench.embedding.models.transforms import build_image_transform, describe_open_clip
+from vlbench.embedding.models.transforms import (
+    OPENAI_PREPROCESS,
+    build_image_transform,
+    describe_open_clip,
+)
 from vlbench.errors import VlbenchError
 
 TEXT_MODEL = hub.PMC_CLIP_TEXT_MODEL
@@ -52,13 +56,6 @@ TEXT_MODEL_FILES = [
     "tokenizer_config.json",
     "special_tokens_map.json",
 ]
-OPENAI_PREPROCESS = {
-    "size": 224,
-    "mean": (0.48145466, 0.4578275, 0.40821073),
-    "std": (0.26862954, 0.26130258, 0.27577711),
-    "interpolation": "bicubic",
-    "resize_mode": "shortest",
-}
 
 
 class PmcClip(nn.Module):

@@ -27,6 +27,15 @@ RESIZE_MODES = ("shortest", "longest", "squash")
 INTERPOLATIONS = ("bicubic", "bilinear")
 # PIL resample codes that Hugging Face image processors store.
 PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
+# OpenAI CLIP's inference transform (shorter side to 224, bicubic, centre crop, its mean and
+# std), which PMC-CLIP and ImageBind keep: an open_clip preprocess config.
+OPENAI_PREPROCESS = {
+    "size": 224,
+    "mean": (0.48145466, 0.4578275, 0.40821073),
+    "std": (0.26862954, 0.26130258, 0.27577711),
+    "interpolation": "bicubic",
+    "resize_mode": "shortest",
+}
 
 
 def _pair(size: Any) -> list[int]:
