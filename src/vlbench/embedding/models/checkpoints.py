@@ -73,6 +73,16 @@ def state_dict_mismatch(error: BaseException) -> str:
     return "; ".join(parts) or _first_line(error)
 
 
+def load_strict(
+    module: torch.nn.Module, state: dict[str, torch.Tensor], refusal: str, assign: bool = False
+) -> None:
+    """Load `state` into `module` strictly; a mismatch is one line, `refusal` then the keys."""
+    try:
+        module.load_state_dict(state, strict=True, assign=assign)
+    except RuntimeError as exc:
+        raise VlbenchError(f"{refusal} ({state_dict_mismatch(exc)})") from exc
+
+
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """A checkpoint's state dict: safetensors or torch file, `state_dict` entry unwrapped,
     DistributedDataParallel `module.` prefixes removed."""

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from vlbench.embedding.models.base import EmbeddingModel
-from vlbench.embedding.models.checkpoints import read_state_dict, state_dict_mismatch
+from vlbench.embedding.models.checkpoints import load_strict, read_state_dict
 from vlbench.embedding.models.hf_clip import (
     HfClip,
     HfTokenizer,
@@ -85,13 +85,12 @@ def _clip_model(directory: Path, state: dict[str, torch.Tensor], eos: int, label
     config = CLIPConfig.from_pretrained(str(directory))
     config.text_config.eos_token_id = eos  # pooling at the first <|endoftext|> (F L54-56)
     model = CLIPModel(config)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise VlbenchError(
-            f"model {label}: the checkpoint does not fit CLIP's architecture from "
-            f"{directory / 'config.json'} ({state_dict_mismatch(exc)})"
-        ) from exc
+    load_strict(
+        model,
+        state,
+        f"model {label}: the checkpoint does not fit CLIP's architecture from "
+        f"{directory / 'config.json'}",
+    )
     return model
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
-from vlbench.embedding.models.checkpoints import read_state_dict, state_dict_mismatch
+from vlbench.embedding.models.checkpoints import load_strict, read_state_dict
 from vlbench.embedding.models.transforms import (
     OPENAI_PREPROCESS,
     build_image_transform,
@@ -266,13 +266,8 @@ def load_imagebind(spec: Mapping[str, Any], device: torch.device | None = None) 
     # about a billion parameters that the checkpoint would overwrite).
     with torch.device("meta"):
         model = ImageBindTowers(dims)
-    try:
-        model.load_state_dict(towers_state(checkpoint), strict=True, assign=True)
-    except RuntimeError as exc:
-        raise VlbenchError(
-            f"model {name}: {checkpoint} does not fit ImageBind's image and text towers "
-            f"({state_dict_mismatch(exc)})"
-        ) from exc
+    refusal = f"model {name}: {checkpoint} does not fit ImageBind's image and text towers"
+    load_strict(model, towers_state(checkpoint), refusal, assign=True)
     # DA L88-98: Resize(224, bicubic), CenterCrop(224), OpenAI CLIP's mean and std.
     image_transform = describe_open_clip({**OPENAI_PREPROCESS, "size": dims["image_size"]})
     tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=dims["context_length"])

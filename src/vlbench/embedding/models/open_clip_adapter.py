@@ -21,6 +21,7 @@ from vlbench.embedding.models.causal_text import padding_trimmed_text_encoder
 from vlbench.embedding.models.checkpoints import (
     check_torch_file,
     checkpoint_keys,
+    load_strict,
     read_state_dict,
     state_dict_mismatch,
 )
@@ -244,13 +245,8 @@ def _load_weights(
     ):
         state = select_image_projection(read_state_dict(source.checkpoint), projection, label)
         state.pop("text.transformer.embeddings.position_ids", None)
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise VlbenchError(
-                f"model {label}: {source.checkpoint} does not fit the architecture "
-                f"({state_dict_mismatch(exc)})"
-            ) from exc
+        refusal = f"model {label}: {source.checkpoint} does not fit the architecture"
+        load_strict(model, state, refusal)
         source.record["image_projection"] = projection
         return
     if projection != DEFAULT_IMAGE_PROJECTION:

@@ -29,8 +29,8 @@ from torch import nn
 from vlbench.embedding.models import hub
 from vlbench.embedding.models.base import EmbeddingModel, check_precision, pick_device
 from vlbench.embedding.models.checkpoints import (
+    load_strict,
     read_state_dict,
-    state_dict_mismatch,
     torch_load,
 )
 from vlbench.embedding.models.hf_clip import HfTokenizer
@@ -120,10 +120,7 @@ def build_visual(state: Mapping[str, torch.Tensor], label: str) -> nn.Module:
 
 def _load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
     state.pop("embeddings.position_ids", None)
-    try:
-        module.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise VlbenchError(f"{what}: weights do not fit ({state_dict_mismatch(exc)})") from exc
+    load_strict(module, state, f"{what}: weights do not fit")
 
 
 def _split_weights(directory: Path) -> list[Path] | None:
