@@ -25,6 +25,7 @@ Writes `<workdir>/results.json` and prints a Markdown summary for benchmarks/RES
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -488,7 +489,7 @@ def bench_gpu_regime(
     batch: int,
     workers: int,
     pairs: int,
-    embed_jobs: str = "per_benchmark",
+    embed_jobs: str = "auto",
 ) -> dict[str, Any]:
     """(g) cheap-forward models: the workflow vs one clip_benchmark run per model.
 
@@ -533,8 +534,10 @@ def bench_gpu_regime(
     run_dir = work / "g-vlbench-3"
     extra = keys[3]
     four = {key: checkpoints[key] for key in keys[:4]}
+    before = model_files(run_dir, keys[:3])
     added = run_vlbench(run_dir, workflow_config(work / "hub", four, batch, workers, names,
                                                  config_dir, **shape), fresh=False)  # fmt: skip
+    after = model_files(run_dir, keys[:3])
     alone, theirs = run_clip_benchmark(
         work / "wds", {extra: checkpoints[extra]}, batch, workers, work / "g-clip-added",
         names, config_dir,
@@ -545,9 +548,27 @@ def bench_gpu_regime(
         "clip_benchmark_seconds": alone,
         "ratio": added / alone,
         "recall_identical": same_hits(vlbench_recalls(run_dir), theirs, pairs),
+        # Files of the three other models (matrices, shard lists, indexes, ranks, metrics)
+        # whose bytes or modification time the added model's run changed.
+        "other_models_files": len(before),
+        "other_models_bytes_changed": sorted(p for p in before if after[p][1] != before[p][1]),
+        "other_models_times_changed": sorted(p for p in before if after[p][0] != before[p][0]),
     }
     print(json.dumps(out["add_a_model"], indent=1), flush=True)
     return out
+
+
+def model_files(run_dir: Path, models: list[str]) -> dict[str, tuple[int, str]]:
+    """(modification time, sha256) of every file the workflow keeps for `models` outside their
+    shards' resume folders: matrices, shard lists, indexes, ranks, metrics."""
+    found = {}
+    for stage in ("embeddings", "index", "ranks", "metrics"):
+        for model in models:
+            for path in sorted((run_dir / "results" / stage / model).rglob("*")):
+                if path.is_file() and "shards" not in path.parent.parts[-3:]:
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                    found[str(path.relative_to(run_dir))] = (path.stat().st_mtime_ns, digest)
+    return found
 
 
 def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str, Any]:
@@ -640,7 +661,7 @@ def main() -> None:
     parser.add_argument("--regime-models", type=int, nargs="+", default=[3, 7])
     parser.add_argument(
         "--embed-jobs",
-        default="per_benchmark",
+        default="auto",
         choices=EMBED_JOB_SHAPES,
         help="(g): the workflow's embedding.jobs",
     )

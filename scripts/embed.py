@@ -1,23 +1,24 @@
 """Rule embed: every shard of both modalities through one loaded model, for each (model,
-benchmark) of the job (embedding.jobs: one pair, one model on every benchmark, or all)."""
+benchmark) of the job (embedding.jobs: one pair, one model on every benchmark, or all); writes
+each pair's list of stored shards, which the pair's gather job reads."""
 
 from pathlib import Path
 
 from vlbench.embedding.job import EmbeddingJob, run_models
 from vlbench.embedding.settings import EmbedSettings
-from vlbench.embedding.shard_files import MatrixFiles
-from vlbench.paths import EMBEDDING_FILES, EMBEDDING_SHARDS
+from vlbench.paths import EMBEDDING_SHARD_LIST, EMBEDDING_SHARDS
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
     benchmarks = list(snakemake.params.benchmarks)
     images, texts = list(snakemake.input.images), list(snakemake.input.texts)
-    files = iter(snakemake.output)  # EMBEDDING_FILES per (model, benchmark), model by model
+    outputs = set(snakemake.output)
     jobs = {}
     for model, given in snakemake.params.models.items():
         identity = dict(given["identity"])
         for number, benchmark in enumerate(benchmarks):
-            named = {name: Path(next(files)) for name in EMBEDDING_FILES}
+            shard_list = EMBEDDING_SHARD_LIST.format(model=model, benchmark=benchmark)
+            assert shard_list in outputs, f"{shard_list} is not an output of this job"
             jobs[model, benchmark] = EmbeddingJob(
                 model=dict(given["spec"]),
                 identity=identity,
@@ -30,14 +31,15 @@ with rule_log(snakemake.log[0]) as log:
                     pixel_cache_dir=snakemake.params.pixel_cache_dir,
                 ),
                 sources={"image": Path(images[number]), "text": Path(texts[number])},
-                outputs={
-                    modality: MatrixFiles(
-                        named[modality], named[f"{modality}_ids"], named[f"{modality}_provenance"]
-                    )
-                    for modality in ("image", "text")
-                },
                 resume_dir=Path(EMBEDDING_SHARDS.format(model=model, benchmark=benchmark)),
+                shard_list=Path(shard_list),
             )
+    log.info(
+        "embed job (embedding.jobs: %s): %d model(s) x %d benchmark(s)",
+        snakemake.config["embedding"]["jobs"],
+        len(snakemake.params.models),
+        len(benchmarks),
+    )
     for (model, benchmark), records in run_models(jobs).items():
         for modality, shards in records.items():
             reused = sum(record["reused"] for record in shards)

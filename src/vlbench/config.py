@@ -33,7 +33,8 @@ EMBED_JOB_WILDCARDS: dict[str, tuple[str, ...]] = {
     "per_model": ("model",),
     "single": (),
 }
-EMBED_JOB_SHAPES: tuple[str, ...] = tuple(EMBED_JOB_WILDCARDS)
+# `auto` (the default) resolves to one of them where the run executes (vlbench.workflow.embed_cut).
+EMBED_JOB_SHAPES: tuple[str, ...] = ("auto", *EMBED_JOB_WILDCARDS)
 
 
 def result_keys(config: Mapping[str, Any], section: str) -> dict[str, Any]:

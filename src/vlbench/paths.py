@@ -14,11 +14,16 @@ SYNTHETIC_SOURCE = "results/sources/{benchmark}"
 RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
-# One (model, benchmark)'s embeddings: <modality>.npy, .ids.parquet and .json (the embed job's
-# outputs), and the job's resume folder of stored shards, shards/<modality>/shard-XXXXX.*.
+# One (model, benchmark)'s embeddings: <modality>.npy, .ids.parquet and .json (its gather job's
+# outputs), the resume folder of its stored shards, shards/<modality>/shard-XXXXX.*, and the
+# list of those shards, shards.json (the embed job's output for the pair, the gather's input).
 EMBEDDINGS_DIR = "results/embeddings/{model}/{benchmark}"
 EMBEDDING_SHARDS = EMBEDDINGS_DIR + "/shards"
-# The files of one (model, benchmark)'s embeddings, by output name (the embed rule's outputs).
+EMBEDDING_SHARD_LIST = EMBEDDINGS_DIR + "/shards.json"
+# A model's embedding identity (spec, files' fingerprint, result settings), rewritten only when
+# it changes: what tells each of the model's gathers that its shards must be gathered again.
+EMBEDDING_IDENTITY = "results/embeddings/{model}/identity.json"
+# The files of one (model, benchmark)'s embeddings, by output name (the gather rule's outputs).
 EMBEDDING_FILES = {
     f"{modality}{name}": f"{EMBEDDINGS_DIR}/{modality}{suffix}"
     for modality in ("image", "text")

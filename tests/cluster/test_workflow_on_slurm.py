@@ -102,8 +102,9 @@ def visible_devices_seen(workdir: Path, job: PlannedJob, slurm_id: str) -> set[s
     for output in job.files("output"):
         if output.endswith(".json") and (workdir / output).is_file():
             record = json.loads((workdir / output).read_text())
-            # An embedding's provenance lists where each of its shards ran.
-            for shard in record.get("shards") or [record]:
+            # An embed job's list of stored shards records where each shard ran.
+            listed = record.get("modalities", {}).values()
+            for shard in [entry["record"] for entries in listed for entry in entries] or [record]:
                 if "cuda_visible_devices" in shard:
                     assert shard.get("slurm_job_id") == slurm_id, (output, shard)
                     seen.add(str(shard["cuda_visible_devices"]))
@@ -177,11 +178,16 @@ def test_workflow_on_slurm_matches_a_local_run(
         line.split(maxsplit=1)
         for line in slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%i %k").splitlines()
     )
+    # The host printed the cluster's embedding cut, and every job planned the same one when
+    # it read the Snakefile again inside its allocation.
+    cut = "vlbench embedding jobs: per_benchmark (auto: jobs run on a cluster"
+    assert cut in log
     for job in remote:
         slurm_id, slurm_log = submitted[job.jobid]
         assert comments[slurm_id].startswith(f"rule_{job.rule}"), (job, comments[slurm_id])
         text = Path(slurm_log).read_text()
         assert f"rule {job.rule}:" in text and "--executor slurm-jobstep" in text, slurm_log
+        assert cut in text, slurm_log
         gres = records[slurm_id].get("TresPerJob", "")
         if job.uses_gpu:
             assert gres == "gres:gpu:1", (slurm_id, records[slurm_id])

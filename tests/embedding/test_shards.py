@@ -41,6 +41,7 @@ from vlbench.embedding.shard_files import (
     save_embeddings,
     shard_ranges,
 )
+from vlbench.embedding.shard_list import gather_pair, identity_digest
 from vlbench.errors import VlbenchError
 
 ROWS = 13
@@ -229,7 +230,8 @@ def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
 def embedding_job_run(
     directory: Path, out: Path, loads: list[int], monkeypatch: pytest.MonkeyPatch, texts: Path
 ) -> dict:
-    """Both modalities of a benchmark through `job.run` (shards of 5 rows); count model loads."""
+    """Both modalities of a benchmark through `job.run` (shards of 5 rows), then the pair's
+    gather as the workflow's gather job does it; count model loads."""
     model = tiny_model()
 
     def load(spec, device=None):
@@ -244,10 +246,13 @@ def embedding_job_run(
         identity={"model": spec, "embedding": result_settings(settings)},
         settings=settings,
         sources={"image": directory / "images.parquet", "text": texts},
-        outputs={modality: MatrixFiles.at(out / modality) for modality in ("image", "text")},
         resume_dir=out / "shards",
+        shard_list=out / "shards.json",
     )
-    return embedding_job.run(job)
+    records = embedding_job.run(job)
+    gathered = {modality: MatrixFiles.at(out / modality) for modality in ("image", "text")}
+    gather_pair(job.shard_list, identity_digest(job.identity), job.resume_dir, gathered)
+    return records
 
 
 def test_an_embedding_job_embeds_both_modalities_with_one_model_load(

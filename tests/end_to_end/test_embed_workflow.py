@@ -16,7 +16,7 @@ from vlbench.report.provenance import read_snakemake_benchmark
 
 STEM = "results/embeddings/tiny/demo"
 SHARDS = f"{STEM}/shards"
-LOG = "logs/embed/tiny/demo.log"
+LOG = "logs/embed/every-model.log"  # one embed job for every model (auto, one machine)
 PAIRS, SHARD_SIZE = 40, 20
 
 
@@ -39,11 +39,11 @@ def test_provenance_lists_every_shard_with_its_timing(demo_run: Path) -> None:
         assert shard["pixel_cache"].startswith("miss") and shard["reused"] is False
     assert len(list((demo_run / "results" / "pixels" / "demo").glob("*/rows-*.npy"))) == 2
     # The whole job's wall time and peak memory: its Snakemake `benchmark:` file.
-    timing = read_snakemake_benchmark(demo_run / "results/timings/embed/tiny/demo.tsv")
+    timing = read_snakemake_benchmark(demo_run / "results/timings/embed/every-model.tsv")
     assert timing["s"] > 0 and timing["max_rss"] > 0
 
 
-def test_one_job_per_model_and_benchmark_embeds_every_shard_with_one_model_load(
+def test_the_embed_job_embeds_every_shard_with_one_model_load(
     demo_run: Path,
 ) -> None:
     log = (demo_run / LOG).read_text()
@@ -60,8 +60,9 @@ def test_one_job_per_model_and_benchmark_embeds_every_shard_with_one_model_load(
 def test_rerun_after_a_kill_recomputes_only_the_missing_shard(
     demo_run: Path, tmp_path: Path
 ) -> None:
-    """A job killed after its first image shard: the rerun keeps every stored shard (both text
-    shards, the first image shard) and embeds only the second image shard."""
+    """A job killed after its first image shard (before it listed the pair's shards): the rerun
+    keeps every stored shard (both text shards, the first image shard) and embeds only the
+    second image shard."""
     workdir = copy_of_run(demo_run, tmp_path)
     kept = [
         workdir / SHARDS / "image" / "shard-00000.npy",
@@ -71,7 +72,8 @@ def test_rerun_after_a_kill_recomputes_only_the_missing_shard(
     lost = workdir / SHARDS / "image" / "shard-00001.npy"
     before = np.load(workdir / STEM / "image.npy")
     kept_mtimes = [path.stat().st_mtime_ns for path in kept]
-    for path in (lost, lost.with_suffix(".json"), workdir / STEM / "image.npy"):
+    listed = workdir / STEM / "shards.json"
+    for path in (lost, lost.with_suffix(".json"), listed, workdir / STEM / "image.npy"):
         path.unlink()
     run_workflow(workdir, workdir / "config.yaml", f"{STEM}/image.npy", "--cores", "2")
     assert [path.stat().st_mtime_ns for path in kept] == kept_mtimes
@@ -135,7 +137,7 @@ def test_fewer_embed_jobs_load_each_model_once_with_the_same_bytes(
     ]
     result = run_workflow(workdir, config, *targets, "--cores", "2")
     output = result.stdout + result.stderr
-    assert output.count("rule embed:") == 1
+    assert output.count("checkpoint embed:") == 1
     log = (workdir / "logs" / "embed" / f"{log_name}.log").read_text()
     assert log.count("model vlbench-tiny on ") == len(models)
     for model in models:
@@ -151,18 +153,20 @@ def test_fewer_embed_jobs_load_each_model_once_with_the_same_bytes(
 
 
 def test_switching_the_job_shape_reuses_every_stored_shard(demo_run: Path, tmp_path: Path) -> None:
-    """embedding.jobs changes no number: switching it runs the new embed job once, which
-    reuses every shard the old jobs stored and writes the same bytes."""
+    """embedding.jobs changes no number: the new embed job (forced here: the demo's one pair
+    makes the same job under every cut) reuses every shard the old job stored, loads no model,
+    and leaves the gathered matrices as they were."""
     workdir = copy_of_run(demo_run, tmp_path)
     config = workdir / "config.yaml"
     settings = yaml.safe_load(config.read_text())
-    settings["embedding"]["jobs"] = "single"
+    settings["embedding"]["jobs"] = "per_benchmark"
     config.write_text(yaml.safe_dump(settings))
-    targets = [f"{STEM}/{modality}.npy" for modality in ("image", "text")]
-    run_workflow(workdir, config, *targets, "--cores", "2")
-    log = (workdir / "logs" / "embed" / "every-model.log").read_text()
+    matrices = {path: path.stat().st_mtime_ns for path in (workdir / STEM).glob("*.npy")}
+    run_workflow(workdir, config, f"{STEM}/shards.json", "--forcerun", "embed", "--cores", "2")
+    log = (workdir / "logs" / "embed" / "tiny" / "demo.log").read_text()
+    assert "embed job (embedding.jobs: per_benchmark): 1 model(s) x 1 benchmark(s)" in log
     assert "tiny on demo image: 2 shard(s), 2 reused" in log
     assert "tiny on demo text: 2 shard(s), 2 reused" in log
     assert "model vlbench-tiny on " not in log  # every shard stored: no model loaded
-    for target in targets:
-        assert (workdir / target).read_bytes() == (demo_run / target).read_bytes(), target
+    assert len(matrices) == 2
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in matrices.items())

@@ -95,7 +95,9 @@ def test_a_zeroshot_run_makes_the_fewshot_table_with_no_embedding_job_of_its_own
     zeroshot_jobs = {
         job("prepare_benchmark", **on_benchmark),
         job("init_random_checkpoint", model=MODEL),
-        job("embed", model=MODEL, **on_benchmark),
+        job("embed"),  # auto on one machine: one embed job for every model
+        job("embedding_identity", model=MODEL),
+        job("gather_embeddings", model=MODEL, **on_benchmark),
         job("evaluate_zeroshot", model=MODEL, **on_benchmark),
     }
     # Everything a zero-shot evaluation runs anyway, plus the one few-shot job.

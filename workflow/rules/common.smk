@@ -13,7 +13,8 @@ from vlbench.errors import VlbenchError
 from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
     EMBEDDING_FILES,
-    EMBEDDING_SHARDS,
+    EMBEDDING_IDENTITY,
+    EMBEDDING_SHARD_LIST,
     EMBEDDINGS_DIR,
     FAILED_RUN_NOTE,
     PIXEL_CACHE_DIR,
@@ -50,6 +51,7 @@ from vlbench.workflow.checks import (
 from vlbench.workflow.data_root import expand_data_root
 from vlbench.workflow.fingerprints import fingerprint
 from vlbench.workflow.lockfile import lock_path, read_lock
+from vlbench.workflow.embed_cut import embed_cut
 from vlbench.workflow.invocation import executes_jobs
 from vlbench.workflow.pinning import FirstUsePins, plan_pins
 from vlbench.workflow.preflight import (
@@ -142,7 +144,7 @@ OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
+localrules: all, embedding_identity, gather_embeddings, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
 
 
 wildcard_constraints:
@@ -245,9 +247,12 @@ def embedding_identity(model):
     }
 
 
-# embedding.jobs decides which wildcards (model, benchmark) the embed jobs take, as listed in
-# vlbench.config.EMBED_JOB_WILDCARDS.
-EMBED_WILDCARDS = EMBED_JOB_WILDCARDS[config["embedding"]["jobs"]]
+# embedding.jobs (auto: by where the jobs run, vlbench.workflow.embed_cut) decides which
+# wildcards (model, benchmark) the embed jobs take, as listed in vlbench.config.EMBED_JOB_WILDCARDS.
+EMBED_CUT = embed_cut(config["embedding"]["jobs"], workflow)
+logger.info(EMBED_CUT.line())
+config["embedding"]["jobs"] = EMBED_CUT.jobs
+EMBED_WILDCARDS = EMBED_JOB_WILDCARDS[EMBED_CUT.jobs]
 
 
 def embed_pattern(pattern):
@@ -390,5 +395,6 @@ def benchmark_timings(wildcards):
     files = [f"{TIMINGS_DIR}/prepare_benchmark/{wildcards.benchmark}.tsv"]
     for model in MODELS:
         files.append(EMBED_TIMINGS.format(model=model, benchmark=wildcards.benchmark))
+        files.append(f"{TIMINGS_DIR}/gather_embeddings/{model}/{wildcards.benchmark}.tsv")
         files.append(f"{TIMINGS_DIR}/evaluate/{model}/{wildcards.benchmark}.tsv")
     return list(dict.fromkeys(files))  # one embed job may cover every model

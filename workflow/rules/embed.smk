@@ -1,6 +1,8 @@
 # Stage 2: per (model, benchmark) -> L2-normalised embeddings of both modalities plus their ids.
-# One job (one GPU) per model and benchmark loads the model once and embeds every shard of the
-# texts, then of the images; shards are its internal resume state (see the rule).
+# embed (one GPU; one job per pair, per model or for all: embedding.jobs) loads each model once
+# and stores every shard of the texts, then of the images, listing each pair's stored shards;
+# embedding_identity records each model's identity; gather_embeddings (one light job per pair)
+# concatenates a pair's shards into the matrices every later stage reads.
 # Decoded, resized and cropped images are cached once per (benchmark, geometric transform)
 # under results/pixels/ and reused by every model that shares the transform.
 
@@ -21,30 +23,35 @@ rule init_random_checkpoint:
         "../../scripts/init_random_checkpoint.py"
 
 
-# Each modality is cut into shards of embedding.shard_size rows, stored in the job's resume
-# folder (results/embeddings/{model}/{benchmark}/shards/, read by no other job) under a content
-# key (the rows' digest and the model's identity): a rerun reuses every stored shard whose key
-# still matches, so a killed job resumes shard by shard and an edited caption re-embeds only
-# its text shard. The outputs are the gathered matrices.
+# Each modality is cut into shards of embedding.shard_size rows, stored in the pair's resume
+# folder (results/embeddings/{model}/{benchmark}/shards/) under a content key (the rows' digest
+# and the model's identity): a rerun reuses every stored shard whose key still matches, so a
+# killed job resumes shard by shard, an edited caption re-embeds only its text shard, and a
+# model whose shards are all stored is not even loaded. For each pair it covers, the job writes
+# the list of the pair's stored shards (shards.json), which the pair's gather job reads.
 
 
-# embedding.jobs cuts this work into jobs (common.smk, EMBED_WILDCARDS): per_benchmark (default)
-# one job per (model, benchmark), per_model one per model over every benchmark (the model loaded
-# once), single one job for every model on every benchmark (the libraries imported once: the
-# shortest run on one GPU). Every shape writes the same files and numbers; config/README.md says
-# what each reruns.
-rule embed:
+# embedding.jobs cuts this work into jobs (common.smk, EMBED_WILDCARDS): auto (default) picks
+# single on one machine with one GPU slot, per_model with several (--resources gpu=N), and
+# per_benchmark when the jobs go to a cluster (vlbench.workflow.embed_cut, printed by the run);
+# per_benchmark is one job per (model, benchmark), per_model one per model over every benchmark
+# (the model loaded once), single one job for every model on every benchmark (torch and
+# open_clip imported once: the shortest run on one GPU). Every cut writes the same files and
+# numbers, and under every cut a change costs only its own work: see gather_embeddings.
+# A checkpoint: once it has finished, Snakemake plans the jobs after it again, weighing each
+# one's own reasons to rerun (changed params, fewer inputs), which it does not weigh for the jobs
+# downstream of a job that reruns. So a dry run may list fewer of them than the run runs when
+# one edit changes the embedding and something after it (config/README.md).
+checkpoint embed:
     input:
         images=embed_sources("images"),
         texts=embed_sources("texts"),
         weights=embed_weights,
     output:
-        # EMBEDDING_FILES of each (model, benchmark) of the job, model by model.
-        [
-            path
-            for files in zip(*map(embed_pattern, EMBEDDING_FILES.values()))
-            for path in files
-        ],
+        # The list of stored shards of each (model, benchmark) of the job. `update`: not
+        # removed before the job runs, and put back if it fails, so a failed or killed job
+        # leaves every pair's last list (and so its gather) as it was.
+        [update(path) for path in embed_pattern(EMBEDDING_SHARD_LIST)],
     params:
         models=embed_model_params,
         benchmarks=embed_benchmarks,
@@ -64,3 +71,44 @@ rule embed:
         EMBED_TIMINGS
     script:
         "../../scripts/embed.py"
+
+
+# A model's embedding identity (its spec, its files' fingerprint, the result settings), written
+# only when it changes (params): the trigger of the model's gathers below. (A parameter of the
+# gather itself would not do: Snakemake does not weigh the parameters of a job downstream of
+# one that reruns, here the embed job, whose `ancient` output it reads.)
+rule embedding_identity:
+    output:
+        EMBEDDING_IDENTITY,
+    params:
+        identity=lambda wildcards: embedding_identity(wildcards.model),
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/embedding_identity/{model}.log",
+    script:
+        "../../scripts/embedding_identity.py"
+
+
+# One job per (model, benchmark), on the submitting host of a cluster run too (localrules):
+# the pair's listed shards concatenated into its matrices, ids and provenance. The list is
+# `ancient`: an embed job that covers other pairs too rewrites every pair's list each time it
+# runs (a new model, an edit to another benchmark), and that alone reruns nothing here. This
+# pair's gather (and its evaluation after it) reruns when its model's identity file or its
+# benchmark's prepared rows change (both inputs).
+rule gather_embeddings:
+    input:
+        shard_list=ancient(EMBEDDING_SHARD_LIST),
+        identity=EMBEDDING_IDENTITY,
+        images=lambda wildcards: modality_file(wildcards.benchmark, "image"),
+        texts=lambda wildcards: modality_file(wildcards.benchmark, "text"),
+    output:
+        **EMBEDDING_FILES,
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/gather_embeddings/{model}/{benchmark}.log",
+    benchmark:
+        "results/timings/gather_embeddings/{model}/{benchmark}.tsv"
+    script:
+        "../../scripts/gather_embeddings.py"

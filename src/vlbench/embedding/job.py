@@ -1,11 +1,12 @@
 """The embed rule's work: every shard of both modalities of a benchmark through one model.
 
-Read top down: `run` (the job) plans each modality's shards and reuses every stored one whose
-content key still matches; each other shard goes through the loader and the model
-(`encode.embed_shard`) into the job's resume folder (`shard_files.ShardStore`, read by no other
-job); the gather then writes the job's declared outputs. So a killed job resumes shard by shard,
-an edited caption re-embeds only its text shard, and a job whose shards are all stored loads no
-model.
+Read top down: `run` (one (model, benchmark) of the job) plans each modality's shards and
+reuses every stored one whose content key still matches; each other shard goes through the
+loader and the model (`encode.embed_shard`) into the pair's resume folder
+(`shard_files.ShardStore`); the job's output is the pair's list of stored shards
+(`shard_list`), which the pair's gather job turns into the matrices. So a killed job resumes
+shard by shard, an edited caption re-embeds only its text shard, and a job whose shards are all
+stored loads no model.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vlbench.embedding.gpu_slots import claim_gpu
 from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards, plan_shards
+from vlbench.embedding.shard_list import write_shard_list
 from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
 
@@ -41,27 +43,30 @@ LoadModel = Callable[[], tuple[EmbeddingModel, dict[str, Any]]]
 
 @dataclass(frozen=True)
 class EmbeddingJob:
-    """One (model, benchmark): what to load, how to embed, what to read and where to write.
+    """One (model, benchmark): what to load, how to embed, what to read and where to store.
 
     `identity` (the configured spec, its user files' fingerprint and the result settings) is
-    what a stored shard's content key depends on besides its rows.
+    what a stored shard's content key depends on besides its rows. `shard_list`: the pair's
+    list of stored shards (the embed rule's output for the pair).
     """
 
     model: dict[str, Any]
     identity: dict[str, Any]
     settings: EmbedSettings
     sources: Mapping[str, Path]
-    outputs: Mapping[str, MatrixFiles]
     resume_dir: Path
+    shard_list: Path
 
 
 def run(job: EmbeddingJob, model: ModelOnce | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Embed (or reuse) every shard of every modality and gather the job's outputs; return
-    each modality's shard records. `model`: one already made for another benchmark of the same
-    model, loaded at most once for all of them."""
+    """Embed (or reuse) every shard of every modality and write the pair's list of stored
+    shards; return each modality's shard records. `model`: one already made for another
+    benchmark of the same model, loaded at most once for all of them."""
     torch.set_num_threads(job.settings.threads)
     model = model or ModelOnce(job.model, job.identity, job.settings.batch_size)
-    return {modality: embed_modality(job, modality, model) for modality in MODALITY_ORDER}
+    stored = {modality: store_modality(job, modality, model) for modality in MODALITY_ORDER}
+    write_shard_list(job.shard_list, job.identity, stored)
+    return {modality: [record for _, record in shards] for modality, shards in stored.items()}
 
 
 def run_models(
@@ -88,22 +93,23 @@ def release_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def embed_modality(job: EmbeddingJob, modality: str, load: LoadModel) -> list[dict[str, Any]]:
-    """Embed every shard of one modality not stored in the job's resume folder under its
-    current content key, then gather them into the modality's outputs; return the records."""
+def store_modality(
+    job: EmbeddingJob, modality: str, load: LoadModel
+) -> list[tuple[str, dict[str, Any]]]:
+    """Embed every shard of one modality not stored in the pair's resume folder under its
+    current content key; return each shard's file stem (`<modality>/<shard>`, in the resume
+    folder) and provenance record, in row order."""
     store = ShardStore(job.resume_dir / modality, job.identity)
-    shards = plan_shards(modality, job.sources[modality], job.settings.shard_size)
-    records = []
-    for shard in shards:
+    stored = []
+    for shard in plan_shards(modality, job.sources[modality], job.settings.shard_size):
         record = store.stored(shard)
         reused = record is not None
         if record is None:
             model, model_record = load()
             record = store.save(shard, *embed_shard(model, model_record, shard, job.settings))
         log_shard(record, reused)
-        records.append({**record, "reused": reused})
-    gather_shards([store.files(shard) for shard in shards], records, job.outputs[modality])
-    return records
+        stored.append((f"{modality}/{shard.name}", {**record, "reused": reused}))
+    return stored
 
 
 def embed_with_loaded_model(
@@ -123,10 +129,12 @@ def embed_with_loaded_model(
         identity={"model": spec, "embedding": result_settings(settings)},
         settings=settings,
         sources={modality: Path(source)},
-        outputs={modality: out},
         resume_dir=Path(out_dir) / "shards",
+        shard_list=Path(out_dir) / "shards.json",
     )
-    embed_modality(job, modality, lambda: (model, {"model": spec}))
+    stored = store_modality(job, modality, lambda: (model, {"model": spec}))
+    files = [MatrixFiles.at(job.resume_dir / stem) for stem, _ in stored]
+    gather_shards(files, [record for _, record in stored], out)
     return out.embeddings
 
 
