@@ -186,7 +186,8 @@ def test_workflow_on_slurm_matches_a_local_run(
         slurm_id, slurm_log = submitted[job.jobid]
         assert comments[slurm_id].startswith(f"rule_{job.rule}"), (job, comments[slurm_id])
         text = Path(slurm_log).read_text()
-        assert f"rule {job.rule}:" in text and "--executor slurm-jobstep" in text, slurm_log
+        assert re.search(rf"^(rule|checkpoint) {job.rule}:$", text, re.MULTILINE), slurm_log
+        assert "--executor slurm-jobstep" in text, slurm_log
         assert cut in text, slurm_log
         gres = records[slurm_id].get("TresPerJob", "")
         if job.uses_gpu:

@@ -429,3 +429,32 @@ def test_results_honour_the_umask_and_the_provenance_names_the_device(matrix_run
     for row in provenance[1:]:
         values = dict(zip(header, row.split(","), strict=False))
         assert values["device"] == "cpu" and values["host"], row
+
+
+def test_a_model_added_leaves_every_other_models_files_untouched(
+    matrix_run: Path, tmp_path: Path
+) -> None:
+    """Under the one embed job for every model, a new model is embedded, gathered and evaluated;
+    every other model's matrices, indexes, ranks and metrics keep their bytes and times, and
+    their lists of stored shards their bytes (Snakemake touches every output of a job it ran)."""
+    workdir = copy_of_run(matrix_run, tmp_path)
+    kept = {
+        path: (path.stat().st_mtime_ns, path.read_bytes())
+        for stage in ("embeddings", "index", "ranks", "metrics")
+        for model in MODELS
+        for path in (workdir / "results" / stage / model).rglob("*")
+        if path.is_file()
+        and path.name != "shards.json"
+        and "shards" not in path.relative_to(workdir / "results").parts
+    }
+    lists = {path: path.read_bytes() for path in workdir.glob("results/embeddings/*/*/shards.json")}
+    add_model(workdir)
+    result = run_workflow(workdir, workdir / "config.yaml", "--cores", "2")
+    ran = jobs_in_log(result.stderr)
+    assert {job("embed"), job("gather_embeddings", model="extra", benchmark="pairs")} <= ran
+    assert not any(f"model={model}" in name for name in ran for model in MODELS)
+    assert len(kept) > 20 and len(lists) == len(MODELS) * len(BENCHMARKS)
+    for path, (mtime, content) in kept.items():
+        assert (path.stat().st_mtime_ns, path.read_bytes()) == (mtime, content), path
+    for path, content in lists.items():
+        assert path.read_bytes() == content, path
