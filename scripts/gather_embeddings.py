@@ -4,8 +4,8 @@ them, concatenated into the matrices, ids and provenance every later job reads."
 from pathlib import Path
 
 from vlbench.embedding.shard_files import MatrixFiles
-from vlbench.embedding.shard_list import MODALITIES, gather_pair, read_identity
-from vlbench.paths import EMBEDDING_SHARDS
+from vlbench.embedding.shard_list import gather_pair, read_identity
+from vlbench.paths import EMBEDDING_SHARDS, MODALITIES
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

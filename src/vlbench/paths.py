@@ -14,6 +14,7 @@ SYNTHETIC_SOURCE = "results/sources/{benchmark}"
 RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
+MODALITIES = tuple(MODALITY_FILES)  # ("image", "text")
 # One (model, benchmark)'s embeddings: <modality>.npy, .ids.parquet and .json (its gather job's
 # outputs), the resume folder of its stored shards, shards/<modality>/shard-XXXXX.*, and the
 # list of those shards, shards.json (the embed job's output for the pair, the gather's input).
@@ -26,7 +27,7 @@ EMBEDDING_IDENTITY = "results/embeddings/{model}/identity.json"
 # The files of one (model, benchmark)'s embeddings, by output name (the gather rule's outputs).
 EMBEDDING_FILES = {
     f"{modality}{name}": f"{EMBEDDINGS_DIR}/{modality}{suffix}"
-    for modality in ("image", "text")
+    for modality in MODALITIES
     for name, suffix in (("", ".npy"), ("_ids", ".ids.parquet"), ("_provenance", ".json"))
 }
 PIXEL_CACHE_DIR = "results/pixels"

@@ -386,6 +386,9 @@ EMBED_JOB_NAME = (
     str(Path(*(f"{{{name}}}" for name in EMBED_WILDCARDS))) if EMBED_WILDCARDS else "every-model"
 )
 EMBED_TIMINGS = f"{TIMINGS_DIR}/embed/{EMBED_JOB_NAME}.tsv"
+# The `benchmark:` files of a (model, benchmark)'s gather and evaluation jobs.
+GATHER_TIMINGS = f"{TIMINGS_DIR}/gather_embeddings/{{model}}/{{benchmark}}.tsv"
+EVALUATE_TIMINGS = f"{TIMINGS_DIR}/evaluate/{{model}}/{{benchmark}}.tsv"
 EMBED_LOG = f"logs/embed/{EMBED_JOB_NAME}.log"
 
 
@@ -394,7 +397,6 @@ def benchmark_timings(wildcards):
     which its provenance page lists."""
     files = [f"{TIMINGS_DIR}/prepare_benchmark/{wildcards.benchmark}.tsv"]
     for model in MODELS:
-        files.append(EMBED_TIMINGS.format(model=model, benchmark=wildcards.benchmark))
-        files.append(f"{TIMINGS_DIR}/gather_embeddings/{model}/{wildcards.benchmark}.tsv")
-        files.append(f"{TIMINGS_DIR}/evaluate/{model}/{wildcards.benchmark}.tsv")
+        for pattern in (EMBED_TIMINGS, GATHER_TIMINGS, EVALUATE_TIMINGS):
+            files.append(pattern.format(model=model, benchmark=wildcards.benchmark))
     return list(dict.fromkeys(files))  # one embed job may cover every model

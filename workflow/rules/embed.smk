@@ -109,6 +109,6 @@ rule gather_embeddings:
     log:
         "logs/gather_embeddings/{model}/{benchmark}.log",
     benchmark:
-        "results/timings/gather_embeddings/{model}/{benchmark}.tsv"
+        GATHER_TIMINGS
     script:
         "../../scripts/gather_embeddings.py"

@@ -31,7 +31,7 @@ for _evaluation in EVALUATIONS:
         log:
             "logs/evaluate/{model}/{benchmark}.log",
         benchmark:
-            "results/timings/evaluate/{model}/{benchmark}.tsv"
+            EVALUATE_TIMINGS
         script:
             "../../scripts/evaluate.py"
 

@@ -27,8 +27,8 @@ from vlbench.atomic import write_text
 from vlbench.embedding.shard_files import MatrixFiles, gather_shards
 from vlbench.errors import VlbenchError
 from vlbench.hashing import require_intact
+from vlbench.paths import MODALITIES
 
-MODALITIES = ("image", "text")
 # What makes a listed shard that is gone or damaged again.
 REEMBED = "rerun with `--forcerun embed`: the embed job embeds it again and reuses the others"
 
