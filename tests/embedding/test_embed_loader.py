@@ -57,6 +57,27 @@ def test_streamed_chunks_hold_uint8_pixels_in_file_order(tmp_path: Path) -> None
     assert all(item["pixels"].shape[1:] == (64, 64, 3) for item in items)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_chunks_read_in_small_batches_match_the_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Chunks that straddle the reader's batches, several workers each skipping the other's
+    chunks, and chunks asked for out of order all get exactly their own rows."""
+    monkeypatch.setattr("vlbench.embedding.loader.IMAGE_BATCH_ROWS", 3)
+    source = tmp_path / "images.parquet"
+    write_images(source, 23, row_group_size=10)
+    expected = pq.read_table(source).column("image").to_pylist()
+    pipeline = ImagePipeline.from_model(tiny_model())
+    chunks = plan_chunks(source, 2, 23, batch_size=4)
+    dataset = ImageChunks(source, chunks, pipeline)
+    items = list(stream_image_chunks(dataset, num_workers=workers, pin_memory=False))
+    assert [i for item in items for i in item["ids"]] == [f"img-{r:04d}" for r in range(2, 23)]
+    for chunk in reversed(chunks):  # backwards: every chunk restarts the cursor
+        rows = dataset._rows(chunk)
+        first = chunk.row_group * 10 + chunk.offset
+        assert rows.column("image").to_pylist() == expected[first : first + chunk.length]
+
+
 def test_undecodable_image_names_file_and_id(tmp_path: Path) -> None:
     source = tmp_path / "images.parquet"
     table = pa.table(
