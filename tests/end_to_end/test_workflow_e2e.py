@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -237,6 +239,7 @@ def test_switching_configs_leaves_only_the_current_configs_tables(
         "not_run.csv",
         "other.html",
         "other.md",
+        "standings.csv",
     ]
     stale = run / "results" / "stale"
     assert (stale / "tables" / "demo.md").read_bytes() == (
@@ -302,3 +305,29 @@ def test_fp16_without_a_gpu_is_refused_before_any_job_naming_the_key(workdir: Pa
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("vlbench error: models.half.precision: fp16 needs a GPU and this run's")
     assert not (workdir / "results").exists()  # no job ran
+
+
+def test_results_merge_into_clip_benchmark_and_rank_the_model(
+    demo_run: Path, tmp_path: Path
+) -> None:
+    """clip_benchmark's own `build` reads the run's result files with our recall values; the one
+    model is first with the interval [1, 1] and, alone in its columns, is not printed bold."""
+    from clip_benchmark.cli import main_build
+
+    out = tmp_path / "benchmark.csv"
+    main_build(
+        SimpleNamespace(files=[str(demo_run / "results" / "clip_benchmark")], output=str(out))
+    )
+    (row,) = list(csv.DictReader(out.open()))
+    metrics = pl.read_csv(demo_run / "results" / "tables" / "metrics.csv")
+    recalls = metrics.filter(pl.col("metric") == "recall")
+    names = {"text_to_image": "image_retrieval", "image_to_text": "text_retrieval"}
+    assert row["dataset"] == metrics["benchmark"][0] and row["task"] == "zeroshot_retrieval"
+    for metric in recalls.iter_rows(named=True):
+        name = f"{names[metric['direction']]}_recall@{metric['k']}"
+        assert float(row[name]) == pytest.approx(metric["value"] / 100)
+    standings = pl.read_csv(demo_run / "results" / "tables" / "standings.csv")
+    assert standings.height and set(standings["rank"]) == {1} == set(standings["rank_high"])
+    assert standings["tied_with_best"].all()
+    table = (demo_run / "results" / "tables" / f"{row['dataset']}.md").read_text()
+    assert "**" not in table.split("| model")[1]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from vlbench.metrics.fewshot import FewShotResult
 from vlbench.metrics.fewshot_job import fewshot_rows
 from vlbench.metrics.job import write_csv
-from vlbench.metrics.rows import EXTRA_COLUMNS, METRIC_COLUMNS
-from vlbench.report.tables import FEWSHOT_LEGEND, read_full_metrics, write_tables
+from vlbench.metrics.rows import EXTRA_COLUMNS, METRIC_COLUMNS, StatsSettings, metric_rows
+from vlbench.report.tables import FEWSHOT_LEGEND, html_table, read_full_metrics, write_tables
 
 LABELS = {"benchmark": "rare", "subset": "test", "model": "m"}
 
@@ -129,3 +130,56 @@ def test_images_a_benchmark_left_out_are_named_at_the_end_of_the_run(
         "img1: unreadable: 1; img2: unreadable: 2; and 2 more (listed in "
         "results/data/lossy/benchmark.json, skipped_images)"
     )
+
+
+def test_tables_mark_the_models_tied_with_the_best(tmp_path: Path) -> None:
+    """Three models on the same 200 queries: `a` best, `b` equal to it on all but two queries,
+    `c` far behind; the standings join metrics_full.csv and the tables bold `a` and `b` only."""
+    rng = np.random.default_rng(0)
+    best = (rng.uniform(size=200) < 0.7).astype(float) * 100
+    near = best.copy()
+    near[np.flatnonzero(best)[:2]] = 0.0
+    far = best * (rng.uniform(size=200) < 0.3)
+    metric_files, outcome_files = [], []
+    for model, hits in (("a", best), ("b", near), ("c", far)):
+        outcomes = pl.DataFrame(
+            {
+                "metric": "recall",
+                "k": pl.Series([1] * 200, dtype=pl.Int64),
+                "unit": "percent",
+                "statistic": "mean",
+                "query_id": [f"q{i}" for i in range(200)],
+                "query_group": pl.Series([None] * 200, dtype=pl.String),
+                "outcome": hits,
+                "chance": 0.5,
+                "tied": False,
+            }
+        )
+        labels = {"benchmark": "pairs", "subset": "test", "model": model}
+        rows = metric_rows(
+            outcomes, "paired", **labels, direction="text_to_image", tie_policy="index"
+        )
+        write_csv(rows, tmp_path / f"{model}.csv")
+        outcomes.with_columns(
+            *(pl.lit(value).alias(name) for name, value in labels.items()),
+            direction=pl.lit("text_to_image"),
+        ).write_parquet(tmp_path / f"{model}.outcomes.parquet")
+        metric_files.append(tmp_path / f"{model}.csv")
+        outcome_files.append(tmp_path / f"{model}.outcomes.parquet")
+    write_tables(
+        metric_files,
+        tmp_path / "metrics.csv",
+        tmp_path,
+        full_csv=tmp_path / "metrics_full.csv",
+        standings=(outcome_files, StatsSettings(0.95, 200, 2000, 0), tmp_path / "standings.csv"),
+    )
+    full = read_full_metrics(tmp_path / "metrics_full.csv").sort("model")
+    assert full["tied_with_best"].to_list() == [True, True, False]
+    assert full["rank"].to_list() == [1, 2, 3] and full["n_models"].to_list() == [3, 3, 3]
+    assert pl.read_csv(tmp_path / "metrics.csv").columns == METRIC_COLUMNS
+    markdown = (tmp_path / "pairs.md").read_text(encoding="utf-8")
+    rows = {line.split(" | ")[0].strip("| "): line for line in markdown.splitlines()}
+    a, b, c = full["value"].to_list()
+    assert f"| **{a:.2f}** [" in rows["a"] and f"| **{b:.2f}** [" in rows["b"]
+    assert f"| {c:.2f} [" in rows["c"] and "Bold: the best model" in markdown
+    assert f"<b>{a:.2f}</b> [" in html_table(full, "pairs")

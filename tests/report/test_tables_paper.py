@@ -26,7 +26,14 @@ from vlbench.report.reference import (
     read_map,
     read_reference,
 )
-from vlbench.report.table_writers import csv_text, latex, markdown, write_paper_table
+from vlbench.report.table_writers import (
+    csv_text,
+    html_fragment,
+    latex,
+    markdown,
+    rst_fragment,
+    write_paper_table,
+)
 
 I2T, T2I, ZEROSHOT = "image_to_text", "text_to_image", "zeroshot_top1_accuracy"
 HEADER = "table,benchmark,subset,model,model_spec,direction,metric,k,value,unit,source\n"
@@ -499,3 +506,35 @@ def test_a_not_computable_cell_is_marked_noted_and_counted_apart_from_the_filled
     assert coverage.complete
     assert coverage.reasons["not computable"] == {f"BioCLIP: {reason}": 1}
     assert "(1 not computable, named in the notes)" in coverage.line()
+
+
+def test_our_cells_tied_with_the_best_are_bold_in_every_format(tmp_path: Path) -> None:
+    """A metric row tied with the best of two or more models is bold in Markdown, LaTeX, HTML
+    and reStructuredText and flagged in the CSV; one alone in its column is not."""
+    rows = [
+        {**metric_row("mine", "bmf", "text_to_image", 1, 3.2, 1.0, 0.1), "tied_with_best": True,
+         "n_models": 2},
+        {**metric_row("random", "bmf", "text_to_image", 1, 0.2, 0.3, 0.1),
+         "tied_with_best": False, "n_models": 2},
+        {**metric_row("mine", "bmf", "image_to_text", 1, 4.0, 1.0, 0.1), "tied_with_best": True,
+         "n_models": 1},
+    ]  # fmt: skip
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("benchmarks:\n  bmf: {reference: biomedflickr}\n", encoding="utf-8")
+    reference = write_reference(tmp_path / "ref.csv", [bmf("Ref", "text_to_image", 1, "3.0")])
+    table = build_paper_table(
+        LAYOUTS["biomedflickr"], pl.DataFrame(rows), read_reference(reference),
+        read_map(mapping), ["bmf"], tolerance=0.5,
+    )  # fmt: skip
+    text = markdown(table)
+    mine = next(line for line in text.splitlines() if line.startswith("| mine"))
+    assert "| **3.20** / – / – |" in mine and "| 4.00 / – / – |" in mine
+    assert "**" not in next(line for line in text.splitlines() if line.startswith("| random"))
+    assert "Bold (ours)" in text
+    assert r"\textbf{3.20} / --" in latex(table)
+    assert "<b>3.20</b> / – / –" in html_fragment(table)
+    assert "- **3.20** / – / –" in rst_fragment(table)
+    flags = {row["model_key"]: row for row in csv.DictReader(io.StringIO(csv_text(table)))}
+    assert flags["mine"]["I2T R@1 tied_with_best"] == "true"
+    assert flags["mine"]["T2I R@1 tied_with_best"] == "false"
+    assert flags["random"]["I2T R@1 tied_with_best"] == "false"

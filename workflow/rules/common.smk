@@ -144,7 +144,7 @@ OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, embedding_identity, gather_embeddings, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance
+localrules: all, embedding_identity, gather_embeddings, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance, export_results, leaderboard
 
 
 wildcard_constraints:

@@ -2,16 +2,23 @@
 # Everything meant for people is wrapped in report(...) for `snakemake --report report.html`.
 
 
+# The standings (each column's ranks with intervals, and the models tied with the best) come
+# from the per-query outcomes behind the metric files (vlbench.metrics.standings).
 rule tables:
     input:
         metrics=METRIC_FILES,
+        outcomes=OUTCOME_FILES,
     output:
         csv="results/tables/metrics.csv",
         full="results/tables/metrics_full.csv",
+        standings="results/tables/standings.csv",
         markdown=expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS),
         not_run="results/tables/not_run.csv",
     params:
         notebook_columns=config["metrics"]["notebook_columns"],
+        stats=pick(
+            config["metrics"], "confidence", "bootstrap_samples", "permutation_samples", "seed"
+        ),
         # What the plan left out (not_run.csv), and every file results/tables/ holds for this
         # config: files of an earlier config there (and its benchmarks' plots and provenance)
         # are moved to results/stale/.
@@ -206,3 +213,42 @@ onerror:
             [f"vlbench: the tables are from an earlier run ({FAILED_RUN_NOTE})"] * _earlier
             + _causes
         )
+
+
+# Our results in the formats other tools read: mteb result files (the benchmarks that are mteb
+# tasks: BioVITA; load them with mteb.ResultCache(cache_path="results/mteb")) and clip_benchmark
+# result files (merge them with `clip_benchmark build results/clip_benchmark ...`).
+rule export_results:
+    input:
+        full="results/tables/metrics_full.csv",
+        meta=expand("results/data/{benchmark}/benchmark.json", benchmark=BENCHMARKS),
+        identities=expand(EMBEDDING_IDENTITY, model=MODELS),
+    output:
+        mteb=directory("results/mteb"),
+        clip_benchmark=directory("results/clip_benchmark"),
+    params:
+        benchmarks=BENCHMARKS,
+        models=MODELS,
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/export_results/export_results.log",
+    script:
+        "../../scripts/export_results.py"
+
+
+# A static page of every paper table and benchmark table, sortable and filterable, opened
+# from disk (no server).
+rule leaderboard:
+    input:
+        full="results/tables/metrics_full.csv",
+        paper=expand("results/tables/paper/{table}.csv", table=PAPER_TABLES),
+        coverage=expand("results/tables/paper/{table}.coverage.json", table=PAPER_TABLES),
+    output:
+        html="results/leaderboard.html",
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/leaderboard/leaderboard.log",
+    script:
+        "../../scripts/leaderboard.py"

@@ -144,8 +144,8 @@ def all_paired_tests(
     values = np.asarray(outcomes, dtype=np.float64)
     models, n = values.shape
     pairs = [(i, j) for i in range(models) for j in range(i + 1, models)]
-    boot = _resampled_means(values, bootstrap_samples, seed)
-    flipped = _sign_flipped_means(values, permutation_samples, seed + 1)
+    boot = resampled_means(values, bootstrap_samples, seed)
+    flipped = sign_flipped_means(values, permutation_samples, seed + 1)
     alpha = (1.0 - confidence) / 2.0
     tests = {}
     for i, j in pairs:
@@ -191,12 +191,12 @@ def _sign_flip_chunk(rng: np.random.Generator, values: np.ndarray, count: int) -
     return values @ signs.T / values.shape[1]
 
 
-def _resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+def resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
     """Each row's mean over the bootstrap resamples `_resampled` draws (rows x samples)."""
     return _per_chunk(values, samples, seed, _bootstrap_chunk)
 
 
-def _sign_flipped_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+def sign_flipped_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
     """Each row's mean under the sign flips `paired_test` draws (rows x samples)."""
     return _per_chunk(values, samples, seed, _sign_flip_chunk)
 

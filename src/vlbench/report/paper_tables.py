@@ -11,6 +11,7 @@ import polars as pl
 
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot_job import NOT_COMPUTABLE_COLUMN
+from vlbench.metrics.standings import marked_best
 from vlbench.report.coverage import Coverage, table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout
 from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
@@ -37,6 +38,9 @@ class Cell:
     published_at_chance: bool | None = None
     # Why our value could not be computed (empty: it was, or the metric was not run).
     not_computable: str = ""
+    # Ours is the best of two or more of our models in its metric column, or tied with it
+    # (vlbench.metrics.standings); never for a column that averages subsets.
+    tied_with_best: bool = False
 
     @property
     def difference(self) -> float | None:
@@ -242,6 +246,7 @@ def _fill_cell(
         cell.not_computable = str(row.get(NOT_COMPUTABLE_COLUMN) or "") if cell.ours is None else ""
         cell.ci_low = _value(row, "ci_low")
         cell.ci_high = _value(row, "ci_high")
+        cell.tied_with_best = cell.ours is not None and marked_best(row)
         if cell.ours is not None and chance is not None:
             low = cell.ci_low if cell.ci_low is not None else cell.ours
             cell.ours_at_chance = low <= chance + 1e-9

@@ -6,6 +6,7 @@ import csv
 import html
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from vlbench.atomic import write_text
@@ -16,6 +17,11 @@ NOT_COMPUTABLE = "n/c"
 TOLERANCE_MARK = "⚠"
 CHANCE_OURS = "chance level (ours)"
 CHANCE_PUBLISHED = "chance level (published)"
+BEST_LEGEND = (
+    "Bold (ours): the best of our models in that metric column, or not significantly worse "
+    "than it on the same queries (one-sided paired sign-flip permutation test, Holm-corrected "
+    "across the models; results/tables/standings.csv)."
+)
 
 
 def _number(value: float | None, signed: bool = False) -> str:
@@ -31,9 +37,16 @@ def cell_parts(cell: Cell) -> tuple[str, str, str]:
     return ours, published, _number(cell.difference, signed=True)
 
 
-def cell_text(cell: Cell) -> str:
-    """'ours / published / difference', with the tolerance mark when the difference is too big."""
-    text = " / ".join(cell_parts(cell))
+def _markdown_bold(text: str) -> str:
+    return f"**{text}**"
+
+
+def cell_text(cell: Cell, bold: Callable[[str], str] = _markdown_bold) -> str:
+    """'ours / published / difference', ours in `bold` when tied with the best, with the
+    tolerance mark when the difference is too big."""
+    ours, published, difference = cell_parts(cell)
+    ours = bold(ours) if cell.tied_with_best else ours
+    text = f"{ours} / {published} / {difference}"
     return f"{text} {TOLERANCE_MARK}" if cell.beyond_tolerance else text
 
 
@@ -59,6 +72,7 @@ def legend(table: PaperTable, mark: str = TOLERANCE_MARK, dash: str = DASH) -> l
         f"'{CHANCE_OURS}': no cell of our row is above chance (every 95% interval reaches the "
         f"chance level). '{CHANCE_PUBLISHED}': no published cell is above chance at our query "
         "count (95% Wilson interval).",
+        *([BEST_LEGEND] if any(c.tied_with_best for row in table.rows for c in row.cells) else []),
         f"Benchmarks: {', '.join(table.benchmark_keys)}.",
     ]
 
@@ -94,6 +108,7 @@ def csv_text(table: PaperTable) -> str:
             f"{label} published",
             f"{label} difference",
             f"{label} beyond_tolerance",
+            f"{label} tied_with_best",
         ]
     writer.writerow([*header, "ours_at_chance", "published_at_chance"])
     for row in table.rows:
@@ -106,6 +121,7 @@ def csv_text(table: PaperTable) -> str:
                 cell.published_text or "",
                 _optional(cell.difference),
                 str(cell.beyond_tolerance).lower(),
+                str(cell.tied_with_best).lower(),
             ]
         values += [_flag(row.ours_at_chance), _flag(row.published_at_chance)]
         writer.writerow(values)
@@ -139,6 +155,7 @@ def latex_escape(text: str) -> str:
 
 def _latex_cell(cell: Cell) -> str:
     ours, published, difference = (latex_escape(part) for part in cell_parts(cell))
+    ours = rf"\textbf{{{ours}}}" if cell.tied_with_best else ours
     text = f"{ours} / {published} / {difference}"
     return text + r"$^\dagger$" if cell.beyond_tolerance else text
 
@@ -176,7 +193,9 @@ def html_fragment(table: PaperTable) -> str:
         cells = [f"<td>{escape(row.label)}</td>"]
         for cell in row.cells:
             style = ' class="beyond"' if cell.beyond_tolerance else ""
-            cells.append(f"<td{style}>{escape(cell_text(cell))}</td>")
+            text = escape(cell_text(cell, bold=lambda ours: f"\0{ours}\1"))
+            text = text.replace("\0", "<b>").replace("\1", "</b>")
+            cells.append(f"<td{style}>{text}</td>")
         flags = "; ".join(row_flags(row))
         cells.append(f'<td class="flag">{escape(flags)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -199,7 +218,8 @@ _RST_BULLETS = ("*", "+", "-", "•", "‣", "⁃")
 def _rst_cell(text: str) -> str:
     """A list-table cell: one line, a leading bullet character escaped."""
     text = " ".join(text.split()) or DASH
-    return "\\" + text if text.startswith(_RST_BULLETS) else text
+    bullet = text.startswith(_RST_BULLETS) and not text.startswith("**")
+    return "\\" + text if bullet else text
 
 
 def rst_fragment(table: PaperTable) -> str:
@@ -208,6 +228,8 @@ def rst_fragment(table: PaperTable) -> str:
     lines = [title, "~" * len(title), ""]
     if table.coverage:
         lines += [f"*Coverage:* {table.coverage.summary()}", ""]
+    if any(cell.tied_with_best for row in table.rows for cell in row.cells):
+        lines += [BEST_LEGEND, ""]
     lines += [".. list-table::", "   :header-rows: 1", ""]
     rows = [["model", *table.labels, "flags"]]
     rows += [

@@ -2,8 +2,10 @@
 
 ``metrics.csv`` keeps exactly the contract columns (``METRIC_COLUMNS``) of every computed row;
 ``metrics_full.csv`` keeps every column the evaluation jobs wrote (chance level, bootstrap
-bounds, flags, ...) and also the rows of metrics that could not be computed (a few-shot k with a
-class smaller than k: no value, the reason in ``not_computable``).
+bounds, flags, ...), each row's standing in its column (``STANDING_COLUMNS``: rank, rank
+interval, tied with the best; vlbench.metrics.standings) and also the rows of metrics that could
+not be computed (a few-shot k with a class smaller than k: no value, the reason in
+``not_computable``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import polars as pl
 
 from vlbench.atomic import atomic_path, write_text
 from vlbench.metrics.fewshot_job import FEWSHOT_METRIC, NOT_COMPUTABLE_COLUMN
-from vlbench.metrics.rows import METRIC_COLUMNS, notebook_columns
+from vlbench.metrics.rows import METRIC_COLUMNS, StatsSettings, notebook_columns
+from vlbench.metrics.standings import COLUMN_KEYS, marked_best, standings_table
 
 DIRECTION_LABELS = {
     "image_to_text": "image→text",
@@ -92,7 +95,7 @@ def read_full_metrics(path: str | Path) -> pl.DataFrame:
     )
 
 
-def _column(
+def column_label(
     subset: str | None, direction: str, metric: str, k: int | None, subsets: int, unit: str
 ) -> str:
     name = "R" if metric == "recall" else metric
@@ -102,7 +105,7 @@ def _column(
     return f"{subset} {label}" if subsets > 1 else label
 
 
-def _unit(row: dict | None, metric: str) -> str:
+def metric_unit(row: dict | None, metric: str) -> str:
     """A metric's unit: its row's `unit` column, else by name (files written before it)."""
     if row is not None and row.get("unit"):
         return str(row["unit"])
@@ -112,7 +115,7 @@ def _unit(row: dict | None, metric: str) -> str:
 def _value_with_ci(row: dict) -> str:
     if row.get("value") is None:
         return NOT_COMPUTABLE_CELL if row.get(NOT_COMPUTABLE_COLUMN) else ""
-    value = f"{row['value']:.2f}"
+    value = f"**{row['value']:.2f}**" if marked_best(row) else f"{row['value']:.2f}"
     if row.get("ci_low") is None or row.get("ci_high") is None:
         return value
     return f"{value} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
@@ -122,7 +125,10 @@ BENCHMARK_LEGEND = (
     "Each column names its unit: (%) percent, (rank) the 1-based rank of the first relevant "
     "item (lower is better). Recall@k is the hit rate: a query scores when any relevant item is "
     "in its top k. Brackets hold the 95% t-interval over queries. The chance row is the "
-    "expected value under a random ranking."
+    "expected value under a random ranking. Bold: the best model of the column and every model "
+    "not significantly worse than it on the same queries (one-sided paired sign-flip "
+    "permutation test against the best, Holm-corrected across the column's models, at the "
+    "configured confidence; results/tables/standings.csv holds the ranks with their intervals)."
 )
 
 
@@ -148,7 +154,10 @@ def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list
     first = {tuple(key): row for (_, *key), row in reversed(list(lookup.items()))}
     header = [
         "model",
-        *[_column(*key, subsets=subsets, unit=_unit(first.get(key), key[2])) for key in keys],
+        *[
+            column_label(*key, subsets=subsets, unit=metric_unit(first.get(key), key[2]))
+            for key in keys
+        ],
     ]
     grid = []
     for model in rows["model"].unique().sort().to_list():
@@ -180,12 +189,20 @@ def markdown_table(table: pl.DataFrame, benchmark: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _html_cell(cell: str) -> str:
+    """A Markdown cell as HTML: `**value**` bold, `*label*` plain."""
+    if cell.startswith("**"):
+        value, _, rest = cell[2:].partition("**")
+        return f"<b>{html.escape(value)}</b>{html.escape(rest)}"
+    return html.escape(cell.strip("*"))
+
+
 def html_table(table: pl.DataFrame, benchmark: str) -> str:
     """The same table as a standalone HTML page (for the Snakemake report)."""
     header, grid = benchmark_grid(table, benchmark)
     head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell.strip('*'))}</td>" for cell in cells) + "</tr>"
+        "<tr>" + "".join(f"<td>{_html_cell(cell)}</td>" for cell in cells) + "</tr>"
         for cells in grid
     )
     return (
@@ -198,21 +215,53 @@ def html_table(table: pl.DataFrame, benchmark: str) -> str:
     )
 
 
+# What metrics_full.csv takes from the standings (its own names where they differ).
+STANDING_COLUMNS = {
+    "rank": "rank",
+    "rank_low": "rank_low",
+    "rank_high": "rank_high",
+    "tied_with_best": "tied_with_best",
+    "p_holm": "p_vs_best_holm",
+    "n_models": "n_models",
+}
+
+
+def with_standings(table: pl.DataFrame, standings: pl.DataFrame) -> pl.DataFrame:
+    """The metric rows with their standing columns (empty where a row has none: few-shot rows,
+    median-type metrics)."""
+    picked = standings.select(
+        [*COLUMN_KEYS, "model", *[pl.col(a).alias(b) for a, b in STANDING_COLUMNS.items()]]
+    )
+    return table.join(
+        picked, on=[*COLUMN_KEYS, "model"], how="left", nulls_equal=True, maintain_order="left"
+    )
+
+
 def write_tables(
     metric_files: Iterable[str | Path],
     metrics_csv: str | Path,
     markdown_dir: str | Path,
     full_csv: str | Path | None = None,
     notebook_names: bool = False,
+    standings: tuple[Iterable[str | Path], StatsSettings, str | Path] | None = None,
 ) -> pl.DataFrame:
     """Write metrics.csv, metrics_full.csv (if asked) and <benchmark>.md per benchmark present;
     return the collected rows.
 
     `notebook_names` adds the BioMedFlickr notebook's column names to metrics_full.csv.
+    `standings`: (outcome files, settings, standings.csv): the standings of every column are
+    written there and joined into the rows.
     """
     table = collect(metric_files)
     if notebook_names:
         table = notebook_columns(table)
+    if standings is not None:
+        outcome_files, settings, standings_csv = standings
+        subsets = set(table.select("benchmark", "subset").iter_rows())
+        ranked = standings_table(outcome_files, settings, subsets)
+        with atomic_path(standings_csv) as tmp:
+            ranked.write_csv(tmp)
+        table = with_standings(table, ranked)
     write_metrics_csv(table, metrics_csv)
     if full_csv is not None:
         write_full_metrics_csv(table, full_csv)

@@ -89,12 +89,16 @@ def table_targets(
     return targets
 
 
+# Results in other tools' formats (folders) and the leaderboard page.
+EXPORT_TARGETS = ("results/mteb", "results/clip_benchmark", "results/leaderboard.html")
+
+
 def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
     """`rule all`'s inputs: metrics tables, per-class tables, paired tests, paper tables,
-    per-benchmark tables, plots, provenance and examples."""
+    per-benchmark tables, plots, provenance, examples, the exports and the leaderboard."""
     benchmarks = sorted(config["benchmarks"])
     return (
-        ["results/tables/metrics.csv"]
+        ["results/tables/metrics.csv", *EXPORT_TARGETS]
         + [f"results/tables/{benchmark}.md" for benchmark in benchmarks]
         + metrics_extra_targets(config)
         + table_targets(
@@ -109,7 +113,11 @@ def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[
 
 TABLES_DIR = "results/tables/"
 # Outputs of the tables job that no other rule reads as a final target.
-TABLES_JOB_EXTRAS = ("results/tables/metrics_full.csv", "results/tables/not_run.csv")
+TABLES_JOB_EXTRAS = (
+    "results/tables/metrics_full.csv",
+    "results/tables/not_run.csv",
+    "results/tables/standings.csv",
+)
 
 
 def table_files(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
