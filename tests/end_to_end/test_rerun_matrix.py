@@ -46,13 +46,15 @@ def job(rule: str, **wildcards: str) -> str:
     return f"{rule}[{','.join(f'{k}={v}' for k, v in sorted(wildcards.items()))}]"
 
 
-# The paper table, and the coverage summary after it.
-PAPER = {job("paper_table", table="biomedflickr"), job("paper_summary")}
+# The paper table, and the coverage summary and the leaderboard page after it.
+PAPER = {job("paper_table", table="biomedflickr"), job("paper_summary"), job("leaderboard")}
+# The results in other tools' formats.
+EXPORTS = {job("export_results")}
 
 
 def summary(benchmarks=BENCHMARKS, paired_tests: bool = True) -> set[str]:
     """The jobs that read the long metrics table (and the paired tests)."""
-    jobs = {job("tables"), *PAPER}
+    jobs = {job("tables"), *PAPER, *EXPORTS}
     jobs |= {job("paired_tests")} if paired_tests else set()
     for benchmark in benchmarks:
         jobs |= {
@@ -277,7 +279,7 @@ def matrix(cut: str) -> dict[str, tuple[Callable[[Path], None], set[str]]]:
         ),
         "metrics.permutation_samples": (
             set_key("metrics", "permutation_samples", value=60),
-            {job("paired_tests")},
+            summary(),  # the paired tests, and the standings of the tables job
         ),
         "metrics.notebook_columns": (
             set_key("metrics", "notebook_columns", value=True),

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 from shipped_configs import (
     check_every_cell_filled,
+    check_standings,
     paper_tables,
     run_against_a_loopback_hub,
     shipped,
@@ -157,3 +158,10 @@ def test_rare_species_and_the_camera_traps_follow_their_reference_files(run) -> 
     hub_csv = served.parent / "IDLE-OO-Camera-Traps" / "island-balanced.csv"
     with open(hub_csv, newline="", encoding="utf-8") as handle:
         assert island["image_id"].to_list() == [row["filepath"] for row in csv.DictReader(handle)]
+
+
+def test_standings_equal_an_independent_ranking_and_holm(run) -> None:
+    """Every column of every BioCAP benchmark (each query group of INQUIRE a column of its own)
+    against scipy and statsmodels (shipped_configs.check_standings)."""
+    standings = check_standings(run[0])
+    assert standings["n_models"].max() >= 2

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+import pytest
 import yaml
 from fixtures_publishers import (
     CORNELL,
@@ -61,6 +63,8 @@ from fixtures_sources import (
     write_wds_repo,
 )
 from loopback_hub import LoopbackHub, client_environment
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 from workflow_helpers import REPO, SNAKEFILE, TINY_MODEL_CONFIG
 
 from vlbench.data.importers.biocap_retrieval import import_retrieval
@@ -168,7 +172,12 @@ LOCAL_FIXTURES: dict[str, Callable[[Path, Path], object]] = {
 }
 DATA_ROOT_PREFIX = "{data_root}/"
 # What a run of a shipped config is asked for: the paper tables and their coverage lines.
-TARGETS = ("results/tables/coverage.md", "results/tables/metrics.csv")
+TARGETS = (
+    "results/tables/coverage.md",
+    "results/tables/metrics.csv",
+    "results/mteb",
+    "results/clip_benchmark",
+)
 
 
 def shipped(name: str) -> dict[str, Any]:
@@ -352,3 +361,35 @@ def check_every_cell_filled(
         allowed = {"not reproducible"} | (also_allowed or {}).get(table, set())
         assert set(coverage["reasons"]) <= allowed, coverage["line"]
     return tables
+
+
+def check_standings(workdir: Path) -> pl.DataFrame:
+    """Every column's standings in a finished run against an independent computation: ranks
+    are scipy's ranking of the values, the Holm-corrected p-values and the tied-with-best set
+    statsmodels' from the file's one-sided p-values, each rank lies in its interval, and
+    metrics_full.csv carries the same standing. Returns the standings."""
+    tables = workdir / "results" / "tables"
+    standings = pl.read_csv(tables / "standings.csv", schema_overrides={"k": pl.Int64})
+    assert standings.height
+    for _, column in standings.group_by(["benchmark", "subset", "direction", "metric", "k"]):
+        sign = -1.0 if column["metric"][0] == "mean_rank" else 1.0
+        values = column["value"].to_numpy()
+        assert column["rank"].to_list() == stats.rankdata(-sign * values, method="min").tolist()
+        assert column["n_models"].to_list() == [column.height] * column.height
+        assert column.filter(pl.col("p_worse").is_null())["model"].to_list() == [
+            column["best_model"][0]
+        ]
+        others = column.filter(pl.col("p_worse").is_not_null())
+        if others.height:
+            reject, corrected, _, _ = multipletests(others["p_worse"].to_numpy(), 0.05, "holm")
+            assert others["p_holm"].to_numpy() == pytest.approx(corrected)
+            assert others["tied_with_best"].to_list() == (~reject).tolist()
+        assert (column["rank_low"] <= column["rank"]).all()
+        assert (column["rank"] <= column["rank_high"]).all()
+    full = pl.read_csv(tables / "metrics_full.csv", schema_overrides={"k": pl.Int64})
+    keys = ["benchmark", "subset", "direction", "metric", "k", "model"]
+    joined = full.join(standings, on=keys, nulls_equal=True, suffix="_standings")
+    assert joined.height == standings.height
+    assert (joined["rank"] == joined["rank_standings"]).all()
+    assert (joined["tied_with_best"] == joined["tied_with_best_standings"]).all()
+    return standings
