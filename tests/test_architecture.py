@@ -47,6 +47,36 @@ def test_no_module_imports_a_later_stage() -> None:
     assert upward == []
 
 
+def module_name(path: Path) -> str:
+    parts = ("vlbench", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Imports between the package's modules (type-checking ones too) form no cycle."""
+    names = {module_name(path): path for path in modules()}
+    graph = {
+        name: {target for target in imported(path) if target in names and target != name}
+        for name, path in names.items()
+    }
+    done: set[str] = set()
+    cycles = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append(" -> ".join([*trail[trail.index(name) :], name]))
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert cycles == []
+
+
 def test_the_top_level_holds_at_most_ten_modules() -> None:
     top = [path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py"]
     assert len(top) <= 10, top

@@ -23,13 +23,13 @@ import pytest
 from workflow_helpers import REPO
 
 from vlbench.errors import VlbenchError
-from vlbench.report.coverage import Coverage
 from vlbench.report.leaderboard import (
     coverage_entry,
     leaderboard_data,
     paper_entry,
     write_leaderboard,
 )
+from vlbench.report.paper_table_model import Coverage
 from vlbench.report.tables import FEWSHOT_LEGEND
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -15,8 +15,8 @@ from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
 
 from vlbench.errors import VlbenchError
 from vlbench.report.paper_layouts import LAYOUTS, layouts_for
+from vlbench.report.paper_table_model import PaperTable
 from vlbench.report.paper_tables import (
-    PaperTable,
     build_paper_table,
     match_metric_rows,
     wilson_low,

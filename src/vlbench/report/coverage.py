@@ -4,73 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from vlbench.report.paper_table_model import Coverage, PaperTable
 from vlbench.report.reference import BenchmarkRef, PublishedValue, ReferenceMap
 
 if TYPE_CHECKING:
     from vlbench.report.paper_layouts import Column, PaperLayout
-    from vlbench.report.paper_tables import PaperTable
-
-
-@dataclass
-class Coverage:
-    """Published cells of one table, ours among them, and the reasons the others are empty."""
-
-    table: str
-    title: str
-    published: int = 0
-    ours: int = 0
-    # why published cells stayed empty: category -> detail (a model, a benchmark) -> cells
-    reasons: dict[str, Counter] = field(default_factory=dict)
-    # Published values are not compared (every benchmark of the table is a stand-in).
-    stand_in: bool = False
-    # Cells of our own rows (every configured model that reaches this table), and the filled ones.
-    our_cells: int = 0
-    our_filled: int = 0
-    # Cells of our rows whose metric could not be computed (named in the table's notes).
-    our_not_computable: int = 0
-
-    @property
-    def complete(self) -> bool:
-        """Every cell of every row of ours is filled, or says why it cannot be computed."""
-        return self.our_filled + self.our_not_computable == self.our_cells
-
-    def summary(self) -> str:
-        """'44/66 published cells ours; 22 not reproducible (...); cells of our rows filled:
-        77/77.'"""
-        if self.stand_in:
-            parts = ["published values not compared (the benchmarks are stand-ins)"]
-        else:
-            parts = [f"{self.ours}/{self.published} published cells ours"]
-        for category, details in sorted(self.reasons.items()):
-            listed = "; ".join(detail for detail in details)
-            parts.append(f"{sum(details.values())} {category} ({listed})")
-        filled = f"cells of our rows filled: {self.our_filled}/{self.our_cells}"
-        if self.our_not_computable:
-            filled += f" ({self.our_not_computable} not computable, named in the notes)"
-        parts.append(filled)
-        return "; ".join(parts) + "."
-
-    def line(self) -> str:
-        """The summary after the table's title."""
-        return f"{self.title}: {self.summary()}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready record (results/tables/paper/<table>.coverage.json)."""
-        return {
-            "table": self.table,
-            "title": self.title,
-            "published_cells": self.published,
-            "ours": self.ours,
-            "reasons": {key: dict(value) for key, value in sorted(self.reasons.items())},
-            "stand_in": self.stand_in,
-            "our_cells": self.our_cells,
-            "our_filled": self.our_filled,
-            "our_not_computable": self.our_not_computable,
-            "line": self.line(),
-        }
 
 
 def _stands_for(ref: BenchmarkRef, column: Column) -> bool:

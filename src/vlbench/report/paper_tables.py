@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -12,80 +11,15 @@ import polars as pl
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot_job import NOT_COMPUTABLE_COLUMN
 from vlbench.metrics.standings import marked_best
-from vlbench.report.coverage import Coverage, table_coverage
+from vlbench.report.coverage import table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout
+from vlbench.report.paper_table_model import Cell, PaperTable, Row
 from vlbench.report.reference import PublishedValue, ReferenceMap, published_lookup
 
 # Printed cells carry one or two decimals, so a printed mean may differ from the mean of the
 # printed cells by up to half a unit in its last place without being wrong.
 MEAN_ROUNDING_SLACK = 0.05
 Z_95 = 1.959963984540054
-
-
-@dataclass
-class Cell:
-    """Ours, the published value and their difference for one row and column."""
-
-    ours: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    published: float | None = None
-    published_text: str | None = None
-    chance: float | None = None
-    n_queries: int | None = None
-    beyond_tolerance: bool = False
-    ours_at_chance: bool | None = None
-    published_at_chance: bool | None = None
-    # Why our value could not be computed (empty: it was, or the metric was not run).
-    not_computable: str = ""
-    # Ours is the best of two or more of our models in its metric column, or tied with it
-    # (vlbench.metrics.standings); never for a column that averages subsets.
-    tied_with_best: bool = False
-
-    @property
-    def difference(self) -> float | None:
-        """ours - published, in percentage points, when both exist."""
-        if self.ours is None or self.published is None:
-            return None
-        return self.ours - self.published
-
-
-@dataclass
-class Row:
-    """One model's row: our run of a model key, a published-only model, or both."""
-
-    label: str
-    model_key: str | None
-    reference_model: str | None
-    cells: list[Cell]
-
-    @property
-    def ours_at_chance(self) -> bool | None:
-        """True when no cell of ours is above chance; None when no cell has a chance level."""
-        return _all_flags(cell.ours_at_chance for cell in self.cells)
-
-    @property
-    def published_at_chance(self) -> bool | None:
-        """True when no published cell is above chance (judged with our query count)."""
-        return _all_flags(cell.published_at_chance for cell in self.cells)
-
-
-@dataclass
-class PaperTable:
-    """A paper table filled in: columns (plus the mean column), rows and notes."""
-
-    layout: PaperLayout
-    labels: list[str]
-    rows: list[Row]
-    tolerance: float
-    benchmark_keys: list[str]
-    notes: list[str] = field(default_factory=list)
-    coverage: Coverage | None = None
-
-
-def _all_flags(flags: Iterable[bool | None]) -> bool | None:
-    known = [flag for flag in flags if flag is not None]
-    return all(known) if known else None
 
 
 def wilson_low(percent: float, n: int) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vlbench.atomic import write_text
-from vlbench.report.paper_tables import Cell, PaperTable, Row
+from vlbench.report.paper_table_model import Cell, PaperTable, Row
 
 DASH = "–"
 NOT_COMPUTABLE = "n/c"
