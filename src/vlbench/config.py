@@ -70,10 +70,18 @@ def schema_defaults(section: str) -> dict[str, Any]:
     return copy.deepcopy(_section_defaults(section))
 
 
+def benchmark_entry_defaults(*keys: str) -> dict[str, Any]:
+    """The schema's defaults of a benchmark's nested entry, e.g. ("fewshot",) or ("probe",
+    "linear")."""
+    spec = load_schema()["$defs"]["benchmark"]
+    for key in keys:
+        spec = spec["properties"][key]
+    return {key: copy.deepcopy(item["default"]) for key, item in spec["properties"].items()}
+
+
 def fewshot_defaults() -> dict[str, Any]:
     """The schema's defaults of a benchmark's `fewshot` entry (shots, folds, shuffle)."""
-    properties = load_schema()["$defs"]["benchmark"]["properties"]["fewshot"]["properties"]
-    return {key: copy.deepcopy(spec["default"]) for key, spec in properties.items()}
+    return benchmark_entry_defaults("fewshot")
 
 
 def _fill_defaults(validator_class: type) -> type:

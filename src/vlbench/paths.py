@@ -60,6 +60,11 @@ METRICS = "results/metrics/{model}/{benchmark}/{direction}.csv"
 OUTCOMES = "results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet"
 PER_CLASS = "results/metrics/{model}/{benchmark}/per_class.csv"
 TIMINGS_DIR = "results/timings"
+# A zero-shot benchmark's probe folds (which images train each fold of a classifier; one file
+# per benchmark, shared by every model) and a model's probe metric rows.
+PROBE_CLASSIFIERS = ("linear", "logistic")
+PROBE_FOLDS = "results/folds/{benchmark}/{classifier}.parquet"
+PROBE_METRICS = "results/metrics/{model}/{benchmark}/probe_{classifier}.csv"
 
 
 def galleries(directions: Sequence[str]) -> list[str]:

@@ -1,6 +1,7 @@
-"""Few-shot accuracy in the workflow: a zero-shot run makes the few-shot table from the image
-embeddings it already has (no embedding job of its own), and adding k = 10 to a finished run
-reruns only the few-shot metrics and the tables after them."""
+"""Few-shot accuracy and the probe classifiers in the workflow: a zero-shot run makes the
+few-shot table from the image embeddings it already has (no embedding job of its own), adding
+k = 10 to a finished run reruns only the few-shot metrics and the tables after them, and
+switching the probes on runs only their folds and probe jobs."""
 
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ from fixtures_sources import write_rare_species_repo
 from rerun_matrix_support import jobs_in_log, scheduled_jobs
 from workflow_helpers import copy_of_run, run_workflow, tiny_model, write_config
 
+from vlbench.config import benchmark_entry_defaults
 from vlbench.embedding.shard_files import load_embeddings
 from vlbench.metrics.fewshot import fewshot_folds
+from vlbench.metrics.linear_probe import LinearSettings, linear_probe
+from vlbench.metrics.logistic_probe import logistic_probe
+from vlbench.metrics.probe_folds import class_indices, draw_folds
 from vlbench.rank.protocol_ranks import normalise_rows
 
 BENCHMARK, MODEL = "rare-species", "tiny"
@@ -154,3 +159,127 @@ def test_adding_k10_reruns_only_the_fewshot_metrics_and_tables(finished, tmp_pat
     assert ten["n_queries"] == sum(CLASS_SIZES) - 40
     assert ten["n_short_classes"] == 4  # every class has fewer than 15 images: flagged
     assert np.isfinite(ten["value"])
+
+
+PROBE_DEFAULTS = {name: benchmark_entry_defaults("probe", name) for name in ("linear", "logistic")}
+PROBES = {
+    "linear": {"shots": [2], "folds": 2, "validation_proportion": 0.25, "epochs": 3},
+    "logistic": {"shots": [4, 11], "folds": 3},
+}
+
+
+def probe_job(rule: str, classifier: str, with_model: bool = True) -> str:
+    wildcards = {"benchmark": BENCHMARK, "classifier": classifier}
+    return job(rule, **wildcards, **({"model": MODEL} if with_model else {}))
+
+
+def with_probes(workdir: Path, probes: dict) -> Path:
+    path = workdir / "config.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config["benchmarks"][BENCHMARK]["probe"] = probes
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def probed(finished, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
+    """The finished zero-shot run with both probe classifiers switched on, run again."""
+    workdir = copy_of_run(finished[0], tmp_path_factory.mktemp("probed"))
+    path = with_probes(workdir, PROBES)
+    result = run_workflow(workdir, path, TARGETS[0], "--cores", "2")
+    return workdir, jobs_in_log(result.stdout + "\n" + result.stderr)
+
+
+def test_switching_probes_on_runs_only_their_jobs_and_the_tables(probed) -> None:
+    _, ran = probed
+    assert ran == {
+        probe_job("probe_folds", "linear", with_model=False),
+        probe_job("probe_folds", "logistic", with_model=False),
+        probe_job("probe", "linear"),
+        probe_job("probe", "logistic"),
+        job("tables"),
+    }
+
+
+def test_probe_rows_are_the_classifiers_on_the_cached_embeddings_over_the_folds_file(
+    probed,
+) -> None:
+    """Each fold's support in the folds file is what the reference's sampler draws from the
+    prepared classes; every row's fold values are the classifier retrained on those images."""
+    workdir, _ = probed
+    images = pq.read_table(workdir / f"results/data/{BENCHMARK}/images.parquet")
+    ids, groups = images.column("image_id").to_pylist(), images.column("group").to_pylist()
+    stem = workdir / f"results/embeddings/{MODEL}/{BENCHMARK}/image"
+    matrix, matrix_ids = load_embeddings(f"{stem}.npy", f"{stem}.ids.parquet")
+    position = {item: row for row, item in enumerate(matrix_ids.tolist())}
+    features = normalise_rows(matrix[[position[item] for item in ids]])
+    _, targets = class_indices(groups)
+    metrics = pl.read_csv(workdir / TARGETS[0])
+    for classifier, settings in PROBES.items():
+        folds = pl.read_parquet(workdir / f"results/folds/{BENCHMARK}/{classifier}.parquet")
+        drawn = draw_folds(classifier, groups, {**PROBE_DEFAULTS[classifier], **settings})
+        for item in drawn:
+            support = folds.filter(
+                (pl.col("k") == item.shots)
+                & (pl.col("fold") == item.fold)
+                & (pl.col("role") == "support")
+            ).sort("order")
+            assert support["image_id"].to_list() == [ids[p] for p in item.support]
+        for k in settings["shots"]:
+            expected = []
+            for item in (item for item in drawn if item.shots == k):
+                test = np.setdiff1d(np.arange(len(ids)), np.r_[item.support, item.validation])
+                if classifier == "linear":
+                    training = np.setdiff1d(np.arange(len(ids)), item.validation)
+                    result = linear_probe(
+                        features[item.support],
+                        targets[item.support],
+                        features[test],
+                        targets[test],
+                        int(targets[training].max()) + 1,
+                        item.fold,
+                        LinearSettings(epochs=3),
+                        (features[item.validation], targets[item.validation]),
+                    )
+                    expected.append(
+                        {
+                            "lp_acc1": result.top1,
+                            "lp_mean_per_class_recall": result.mean_per_class_recall,
+                        }
+                    )
+                else:
+                    result = logistic_probe(
+                        features[item.support], targets[item.support], features[test], targets[test]
+                    )
+                    expected.append({"logreg_accuracy": result.accuracy, "logreg_f1": result.f1})
+            for metric in expected[0]:
+                row = metrics.filter((pl.col("metric") == metric) & (pl.col("k") == k)).row(
+                    0, named=True
+                )
+                assert row["direction"] == "image_to_image" and row["model"] == MODEL
+                assert row["value"] == pytest.approx(
+                    100 * np.mean([e[metric] for e in expected]), abs=1e-9
+                )
+    # Four classes: no top-5 in clip_benchmark; k = 11 leaves the classes of 10 and 11 nothing
+    # to test (mteb trains on all of them), which the row counts.
+    full = pl.read_csv(workdir / "results/tables/metrics_full.csv")
+    top5 = full.filter(pl.col("metric") == "lp_acc5")
+    assert top5["value"].is_null().all() and "below 5" in top5["not_computable"][0]
+    eleven = full.filter((pl.col("metric") == "logreg_accuracy") & (pl.col("k") == 11)).row(
+        0, named=True
+    )
+    assert eleven["n_short_classes"] == 2 and eleven["n_queries"] == 1 + 1
+
+
+def test_a_training_key_reruns_only_its_classifier_and_a_sampler_key_its_folds(
+    probed, tmp_path: Path
+) -> None:
+    workdir = copy_of_run(probed[0], tmp_path)
+    with_probes(workdir, {**PROBES, "logistic": {**PROBES["logistic"], "max_iter": 50}})
+    assert scheduled_jobs(workdir, TARGETS[0]) == {probe_job("probe", "logistic"), job("tables")}
+    with_probes(workdir, {**PROBES, "linear": {**PROBES["linear"], "folds": 3}})
+    assert scheduled_jobs(workdir, TARGETS[0]) == {
+        probe_job("probe_folds", "linear", with_model=False),
+        probe_job("probe", "linear"),
+        job("tables"),
+    }

@@ -18,6 +18,9 @@ from vlbench.paths import (
     EMBEDDINGS_DIR,
     FAILED_RUN_NOTE,
     PIXEL_CACHE_DIR,
+    PROBE_CLASSIFIERS,
+    PROBE_FOLDS,
+    PROBE_METRICS,
     RANDOM_CHECKPOINT,
     SYNTHETIC_SOURCE,
     TIMINGS_DIR,
@@ -25,6 +28,7 @@ from vlbench.paths import (
     modality_file,
     synthetic_source,
 )
+from vlbench.metrics.probe_folds import SAMPLER_KEYS
 from vlbench.protocols import (
     DIRECTIONS,
     evaluation_of,
@@ -75,6 +79,7 @@ from vlbench.workflow.targets import (
     fewshot_metric_files,
     metric_files,
     outcome_files,
+    probe_metric_files,
     table_files,
 )
 
@@ -138,19 +143,21 @@ BENCHMARKS = sorted(config["benchmarks"])
 PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
 ALL_TARGETS = all_targets(config, PAPER_TABLES)
 TABLE_FILES = table_files(config, PAPER_TABLES)
-# Few-shot metric files are metric files too (the tables read them), but have no outcomes.
-METRIC_FILES = metric_files(config) + fewshot_metric_files(config)
+# Few-shot and probe metric files are metric files too (the tables read them), but have no
+# outcomes.
+METRIC_FILES = metric_files(config) + fewshot_metric_files(config) + probe_metric_files(config)
 OUTCOME_FILES = outcome_files(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, embedding_identity, gather_embeddings, fewshot, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance, export_results, leaderboard
+localrules: all, embedding_identity, gather_embeddings, fewshot, probe_folds, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance, export_results, leaderboard
 
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
     benchmark="|".join(map(re.escape, BENCHMARKS)),
     table="|".join(map(re.escape, PAPER_TABLES)) or "no-paper-table",
+    classifier="|".join(PROBE_CLASSIFIERS),
 
 
 # --- Stage 1: benchmark sources ---------------------------------------------------------------
@@ -389,7 +396,14 @@ EMBED_TIMINGS = f"{TIMINGS_DIR}/embed/{EMBED_JOB_NAME}.tsv"
 # The `benchmark:` files of a (model, benchmark)'s gather and evaluation jobs.
 GATHER_TIMINGS = f"{TIMINGS_DIR}/gather_embeddings/{{model}}/{{benchmark}}.tsv"
 EVALUATE_TIMINGS = f"{TIMINGS_DIR}/evaluate/{{model}}/{{benchmark}}.tsv"
+PROBE_TIMINGS = f"{TIMINGS_DIR}/probe/{{model}}/{{benchmark}}/{{classifier}}.tsv"
 EMBED_LOG = f"logs/embed/{EMBED_JOB_NAME}.log"
+
+
+def probe_sampler_settings(wildcards):
+    """The keys of a benchmark's probe entry that decide its folds (the folds job's params)."""
+    entry = config["benchmarks"][wildcards.benchmark]["probe"][wildcards.classifier]
+    return pick(entry, *SAMPLER_KEYS[wildcards.classifier])
 
 
 def benchmark_timings(wildcards):

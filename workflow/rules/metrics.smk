@@ -59,6 +59,49 @@ rule fewshot:
         "../../scripts/fewshot.py"
 
 
+# Probe classifiers of a zero-shot benchmark (docs/probes.md): which images train each fold,
+# drawn once per benchmark and classifier with the reference's sampler (the benchmark's
+# `probe.<classifier>` entry), then per model the classifier trained and scored on the cached
+# image embeddings over those folds.
+rule probe_folds:
+    input:
+        images=modality_file("{benchmark}", "image"),
+    output:
+        folds=PROBE_FOLDS,
+    params:
+        sampler=probe_sampler_settings,
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/probe_folds/{benchmark}/{classifier}.log",
+    script:
+        "../../scripts/probe_folds.py"
+
+
+rule probe:
+    input:
+        embeddings=EMBEDDING_FILES["image"],
+        ids=EMBEDDING_FILES["image_ids"],
+        images=modality_file("{benchmark}", "image"),
+        meta="results/data/{benchmark}/benchmark.json",
+        folds=PROBE_FOLDS,
+    output:
+        metrics=PROBE_METRICS,
+    params:
+        settings=lambda wildcards: config["benchmarks"][wildcards.benchmark]["probe"][
+            wildcards.classifier
+        ],
+        confidence=config["metrics"]["confidence"],
+    conda:
+        "../../envs/vlbench.yaml"
+    log:
+        "logs/probe/{model}/{benchmark}/{classifier}.log",
+    benchmark:
+        PROBE_TIMINGS
+    script:
+        "../../scripts/probe.py"
+
+
 rule paired_tests:
     input:
         outcomes=OUTCOME_FILES,

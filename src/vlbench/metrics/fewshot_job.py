@@ -27,29 +27,18 @@ import polars as pl
 from vlbench.data.canonical import read_parquet
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot import SHORT_MARGIN, FewShotResult, fewshot_folds
+from vlbench.metrics.fold_rows import FOLD_COLUMNS, fold_frame, fold_row
 from vlbench.metrics.job import write_csv
-from vlbench.metrics.rows import METRIC_COLUMNS
-from vlbench.metrics.statistics import indistinguishable_from_chance, t_interval
 from vlbench.rank.protocol_ranks import normalise_rows
 
 FEWSHOT_METRIC = "fewshot_accuracy"
-FEWSHOT_DIRECTION = "image_to_image"
 FEWSHOT_TIE_POLICY = "first_class"
-# The column that says why a k could not be computed (read again by the tables).
-NOT_COMPUTABLE_COLUMN = "not_computable"
+_TIE_COLUMNS = ["n_tied_queries", "tie_policy"]
+# The fold columns with the tie columns after `chance_flag`.
 FEWSHOT_COLUMNS = [
-    *METRIC_COLUMNS,
-    "unit",
-    "chance",
-    "chance_flag",
-    "n_tied_queries",
-    "tie_policy",
-    "fold_std",
-    "n_folds",
-    "fold_values",
-    "n_classes",
-    "n_short_classes",
-    NOT_COMPUTABLE_COLUMN,
+    *FOLD_COLUMNS[: FOLD_COLUMNS.index("chance_flag") + 1],
+    *_TIE_COLUMNS,
+    *FOLD_COLUMNS[FOLD_COLUMNS.index("chance_flag") + 1 :],
 ]
 
 
@@ -59,46 +48,22 @@ def fewshot_rows(
     """One metric row per k; `labels` holds benchmark, subset and model."""
     rows = []
     for result in results:
-        folds = 100.0 * np.asarray(result.fold_accuracies)
-        ci_low, ci_high = t_interval(folds, confidence) if len(folds) else (None, None)
-        chance = 100.0 / result.n_classes
-        computed = not result.not_computable
-        rows.append(
-            {
-                **labels,
-                "direction": FEWSHOT_DIRECTION,
-                "metric": FEWSHOT_METRIC,
-                "k": result.shots,
-                "value": result.mean * 100 if result.mean is not None else None,
-                "ci_low": ci_low,
-                "ci_high": ci_high,
-                "n_queries": result.n_queries,
-                "unit": "percent",
-                "chance": chance,
-                "chance_flag": (
-                    indistinguishable_from_chance(ci_low, ci_high, chance) if computed else None
-                ),
-                "n_tied_queries": result.n_tied_queries,
-                "tie_policy": FEWSHOT_TIE_POLICY,
-                "fold_std": result.std * 100 if result.std is not None else None,
-                "n_folds": len(folds),
-                "fold_values": ";".join(f"{value:.6f}" for value in folds),
-                "n_classes": result.n_classes,
-                "n_short_classes": len(result.short_classes),
-                NOT_COMPUTABLE_COLUMN: result.not_computable or None,
-            }
+        row = fold_row(
+            labels,
+            FEWSHOT_METRIC,
+            result.shots,
+            result.fold_accuracies,
+            confidence,
+            n_queries=result.n_queries,
+            chance=100.0 / result.n_classes,
+            n_classes=result.n_classes,
+            n_short_classes=len(result.short_classes),
+            not_computable=result.not_computable,
         )
-    schema = {
-        "k": pl.Int64,
-        "value": pl.Float64,
-        "ci_low": pl.Float64,
-        "ci_high": pl.Float64,
-        "chance_flag": pl.Boolean,
-        "fold_std": pl.Float64,
-        "fold_values": pl.String,
-        NOT_COMPUTABLE_COLUMN: pl.String,
-    }
-    return pl.DataFrame(rows, schema_overrides=schema).select(FEWSHOT_COLUMNS)
+        rows.append(
+            {**row, "n_tied_queries": result.n_tied_queries, "tie_policy": FEWSHOT_TIE_POLICY}
+        )
+    return fold_frame(rows, FEWSHOT_COLUMNS, {})
 
 
 def log_short_classes(results: Sequence[FewShotResult], log: logging.Logger) -> None:

@@ -23,7 +23,7 @@ import polars as pl
 
 from vlbench.atomic import write_text
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot_job import FEWSHOT_METRIC, NOT_COMPUTABLE_COLUMN
+from vlbench.metrics.fold_rows import NOT_COMPUTABLE_COLUMN
 from vlbench.metrics.standings import marked_best
 from vlbench.report.table_writers import (
     CHANCE_OURS,
@@ -33,8 +33,8 @@ from vlbench.report.table_writers import (
     TOLERANCE_MARK,
 )
 from vlbench.report.tables import (
-    FEWSHOT_LEGEND,
     column_label,
+    fold_legend,
     metric_unit,
     read_full_metrics,
 )
@@ -225,13 +225,12 @@ def benchmark_entry(table: pl.DataFrame, benchmark: str) -> dict[str, Any]:
         }
         for model in rows["model"].unique().sort().to_list()
     ]
-    fewshot = FEWSHOT_METRIC in rows["metric"].to_list()
     return {
         "name": benchmark,
         "columns": columns,
         "rows": grid,
         "chance": chance if any(level is not None for level in chance) else None,
-        "note": FEWSHOT_LEGEND if fewshot else "",
+        "note": fold_legend(rows["metric"].to_list()),
     }
 
 

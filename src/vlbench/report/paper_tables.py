@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot_job import NOT_COMPUTABLE_COLUMN
+from vlbench.metrics.fold_rows import NOT_COMPUTABLE_COLUMN
 from vlbench.metrics.standings import marked_best
 from vlbench.report.coverage import table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout

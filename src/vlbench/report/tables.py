@@ -17,7 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from vlbench.atomic import atomic_path, write_text
-from vlbench.metrics.fewshot_job import FEWSHOT_METRIC, NOT_COMPUTABLE_COLUMN
+from vlbench.metrics.fewshot_job import FEWSHOT_METRIC
+from vlbench.metrics.fold_rows import NOT_COMPUTABLE_COLUMN, PROBE_METRICS
 from vlbench.metrics.rows import METRIC_COLUMNS, StatsSettings, notebook_columns
 from vlbench.metrics.standings import COLUMN_KEYS, marked_best, standings_table
 
@@ -138,10 +139,28 @@ FEWSHOT_LEGEND = (
 )
 
 
+PROBE_LEGEND = (
+    "Probe rows (image→image lp_*@k: clip_benchmark's linear probe; logreg_*@k: mteb's "
+    "logistic regression; k training images per class of the cached image embeddings, every "
+    "other image tested, docs/probes.md): the mean over the folds; their brackets hold the "
+    "t-interval over the folds."
+)
+
+
+def fold_legend(metrics: Iterable[str]) -> str:
+    """The sentences on few-shot and probe rows for a table with these metrics (may be empty)."""
+    present = set(metrics)
+    sentences = [FEWSHOT_LEGEND] if FEWSHOT_METRIC in present else []
+    if present & set(PROBE_METRICS):
+        sentences.append(PROBE_LEGEND)
+    return " ".join(sentences)
+
+
 def benchmark_legend(table: pl.DataFrame, benchmark: str) -> str:
-    """The legend of a benchmark's table (with the few-shot sentence when it has such rows)."""
-    rows = table.filter((pl.col("benchmark") == benchmark) & (pl.col("metric") == FEWSHOT_METRIC))
-    return f"{BENCHMARK_LEGEND} {FEWSHOT_LEGEND}" if rows.height else BENCHMARK_LEGEND
+    """The legend of a benchmark's table (with the few-shot and probe sentences when it has
+    such rows)."""
+    metrics = table.filter(pl.col("benchmark") == benchmark)["metric"].to_list()
+    return " ".join(filter(None, (BENCHMARK_LEGEND, fold_legend(metrics))))
 
 
 def benchmark_grid(table: pl.DataFrame, benchmark: str) -> tuple[list[str], list[list[str]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vlbench.paths import PROBE_CLASSIFIERS, PROBE_METRICS
 from vlbench.protocols import DIRECTIONS, PROTOCOLS
 from vlbench.protocols import benchmark_directions as directions_of_benchmark
 
@@ -33,6 +34,19 @@ def fewshot_metric_files(config: Mapping[str, Any]) -> list[str]:
         for benchmark in sorted(config["benchmarks"])
         if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].fewshot
         and config["benchmarks"][benchmark]["fewshot"]["shots"]
+    ]
+
+
+def probe_metric_files(config: Mapping[str, Any]) -> list[str]:
+    """The probe metric CSV of every model x zero-shot benchmark x classifier whose `shots`
+    list is not empty (trained on the cached image embeddings)."""
+    return [
+        PROBE_METRICS.format(model=model, benchmark=benchmark, classifier=classifier)
+        for model in sorted(config["models"])
+        for benchmark in sorted(config["benchmarks"])
+        if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].fewshot
+        for classifier in PROBE_CLASSIFIERS
+        if config["benchmarks"][benchmark]["probe"][classifier]["shots"]
     ]
 
 

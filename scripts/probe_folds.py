@@ -1,0 +1,14 @@
+"""Rule probe_folds: which images train each fold of a probe classifier on one benchmark."""
+
+from vlbench.metrics.probe_job import write_probe_folds
+from vlbench.rule_log import rule_log
+
+with rule_log(snakemake.log[0]) as log:
+    rows = write_probe_folds(
+        snakemake.input.images,
+        snakemake.wildcards.classifier,
+        dict(snakemake.params.sampler),
+        snakemake.output.folds,
+        log,
+    )
+    log.info("%d fold rows", rows)
