@@ -9,7 +9,9 @@ from vlbench.metrics.probe_job import write_probe
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
-    torch.set_num_threads(snakemake.threads)
+    # One thread whatever the run's cores: float sums may group differently with more threads,
+    # and a number must not depend on how the run was started (benchmarks/RESULTS.md, "Probes").
+    torch.set_num_threads(1)
     with open(snakemake.input.meta, encoding="utf-8") as handle:
         meta = json.load(handle)
     rows = write_probe(

@@ -15,6 +15,15 @@ RANDOM_CHECKPOINT = "results/checkpoints/{model}.pt"
 PREPARED_DIR = "results/data/{benchmark}"
 MODALITY_FILES = {"image": "images.parquet", "text": "texts.parquet"}
 MODALITIES = tuple(MODALITY_FILES)  # ("image", "text")
+# Every file of a prepared benchmark, by the prepare rule's output name.
+PREPARED_FILES = {
+    "images": f"{PREPARED_DIR}/images.parquet",
+    "texts": f"{PREPARED_DIR}/texts.parquet",
+    "qrels": f"{PREPARED_DIR}/qrels.parquet",
+    "candidates": f"{PREPARED_DIR}/candidates.parquet",
+    "meta": f"{PREPARED_DIR}/benchmark.json",
+}
+BENCHMARK_META = PREPARED_FILES["meta"]
 # One (model, benchmark)'s embeddings: <modality>.npy, .ids.parquet and .json (its gather job's
 # outputs), the resume folder of its stored shards, shards/<modality>/shard-XXXXX.*, and the
 # list of those shards, shards.json (the embed job's output for the pair, the gather's input).
@@ -59,12 +68,18 @@ RANKS = "results/ranks/{model}/{benchmark}/{direction}.parquet"
 METRICS = "results/metrics/{model}/{benchmark}/{direction}.csv"
 OUTCOMES = "results/metrics/{model}/{benchmark}/{direction}.outcomes.parquet"
 PER_CLASS = "results/metrics/{model}/{benchmark}/per_class.csv"
+FEWSHOT_METRICS = "results/metrics/{model}/{benchmark}/fewshot.csv"
 TIMINGS_DIR = "results/timings"
+PREPARE_TIMINGS = TIMINGS_DIR + "/prepare_benchmark/{benchmark}.tsv"
+FEWSHOT_TIMINGS = TIMINGS_DIR + "/fewshot/{model}/{benchmark}.tsv"
+GATHER_TIMINGS = TIMINGS_DIR + "/gather_embeddings/{model}/{benchmark}.tsv"
+EVALUATE_TIMINGS = TIMINGS_DIR + "/evaluate/{model}/{benchmark}.tsv"
 # A zero-shot benchmark's probe folds (which images train each fold of a classifier; one file
 # per benchmark, shared by every model) and a model's probe metric rows.
 PROBE_CLASSIFIERS = ("linear", "logistic")
 PROBE_FOLDS = "results/folds/{benchmark}/{classifier}.parquet"
 PROBE_METRICS = "results/metrics/{model}/{benchmark}/probe_{classifier}.csv"
+PROBE_TIMINGS = TIMINGS_DIR + "/probe/{model}/{benchmark}/{classifier}.tsv"
 
 
 def galleries(directions: Sequence[str]) -> list[str]:
@@ -87,3 +102,53 @@ def evaluation_outputs(protocol: Protocol, directions: Sequence[str]) -> dict[st
     if protocol.per_class:
         outputs["per_class"] = PER_CLASS
     return outputs
+
+
+# Stage 6: the tables job's files, then one benchmark's table, plots and provenance, the paper
+# tables and their summary, the exports and the leaderboard.
+TABLES_DIR = "results/tables"
+METRICS_CSV = f"{TABLES_DIR}/metrics.csv"
+METRICS_FULL = f"{TABLES_DIR}/metrics_full.csv"
+STANDINGS_CSV = f"{TABLES_DIR}/standings.csv"
+NOT_RUN_CSV = f"{TABLES_DIR}/not_run.csv"
+PAIRED_TESTS = f"{TABLES_DIR}/paired_tests.csv"
+BENCHMARK_TABLE = TABLES_DIR + "/{benchmark}.{extension}"
+COVERAGE_MD = f"{TABLES_DIR}/coverage.md"
+FRONT_PAGE = f"{TABLES_DIR}/front_page.rst"
+# A paper table's files: the paper_table rule's output name -> the file's extension.
+PAPER_TABLE_FILES = {
+    "markdown": "md",
+    "csv": "csv",
+    "latex": "tex",
+    "html": "html",
+    "rst": "rst",
+    "coverage": "coverage.json",
+}
+PAPER_TABLE = TABLES_DIR + "/paper/{table}.{extension}"
+BENCHMARK_PLOTS = ("recall_at_k", "model_bars")
+PLOT = "results/plots/{benchmark}/{plot}.png"
+EXAMPLE_PLOT = "results/plots/{benchmark}/examples/{model}/{direction}.png"
+PROVENANCE = "results/provenance/{benchmark}.{extension}"
+MTEB_DIR = "results/mteb"
+CLIP_BENCHMARK_DIR = "results/clip_benchmark"
+LEADERBOARD = "results/leaderboard.html"
+
+
+def benchmark_table(benchmark: str, extension: str) -> str:
+    """A benchmark's metrics table (`md` from the tables job, `html` from its own job)."""
+    return BENCHMARK_TABLE.format(benchmark=benchmark, extension=extension)
+
+
+def paper_table_file(table: str, name: str) -> str:
+    """One file of a paper table, by its output name in PAPER_TABLE_FILES."""
+    return PAPER_TABLE.format(table=table, extension=PAPER_TABLE_FILES[name])
+
+
+def plot_file(benchmark: str, plot: str) -> str:
+    """One of a benchmark's BENCHMARK_PLOTS."""
+    return PLOT.format(benchmark=benchmark, plot=plot)
+
+
+def provenance_file(benchmark: str, extension: str) -> str:
+    """A benchmark's provenance page (`csv` or `html`)."""
+    return PROVENANCE.format(benchmark=benchmark, extension=extension)

@@ -6,6 +6,8 @@ clip_benchmark's `evaluate` requires CUDA; on this CPU machine the tests run it 
 `.to("cuda")` as no-ops (DataParallel passes through without GPUs) and `amp=False`, from feature
 files in its cache layout, so it never featurizes. Its `accuracy` helper converts a one-element
 array with `float()`, which numpy 2.4 refuses; the tests give it the same sum through `.item()`.
+The references are imported inside the tests (seconds each), so that collecting the suite does
+not pay for them in every worker.
 """
 
 from __future__ import annotations
@@ -15,14 +17,9 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
-import datasets
 import numpy as np
 import pytest
-import sklearn.metrics
 import torch
-from clip_benchmark.metrics import linear_probe as reference
-from mteb.tasks.classification.eng.imagenet1k import Imagenet1kClassification
-from mteb.timing import TimingStack
 
 from vlbench.metrics.linear_probe import (
     WEIGHT_DECAYS,
@@ -54,6 +51,9 @@ def _accuracy(output, target, topk=(1,)):
 
 @pytest.fixture
 def cpu_clip_benchmark(monkeypatch: pytest.MonkeyPatch):
+    """clip_benchmark's linear_probe module, runnable on the CPU."""
+    from clip_benchmark.metrics import linear_probe as reference
+
     to = torch.Tensor.to
     monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, *a, **k: self)
     monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *a, **k: self)
@@ -65,7 +65,7 @@ def cpu_clip_benchmark(monkeypatch: pytest.MonkeyPatch):
 
 
 def run_clip_benchmark(
-    root: Path, features, labels, k: int, seed: int, proportion: float, settings
+    reference, root: Path, features, labels, k: int, seed: int, proportion: float, settings
 ):
     """clip_benchmark's CLI path on cached features: seed, --val_proportion split, evaluate.
     Returns its metrics and the test positions it was given (everything outside our fold)."""
@@ -98,7 +98,7 @@ def test_linear_probe_equals_clip_benchmarks_evaluate(
     features, labels = clustered(classes, 14, 24, 3.0, seed)
     settings = LinearSettings(lr=0.1, epochs=4, batch_size=16)
     expected, fold, training, test, val = run_clip_benchmark(
-        tmp_path, features, labels, 3, seed, proportion, settings
+        cpu_clip_benchmark, tmp_path, features, labels, 3, seed, proportion, settings
     )
     assert np.array_equal(fold.validation, val)
     ours = linear_probe(
@@ -126,7 +126,10 @@ def test_a_class_short_of_k_is_not_computable_as_the_reference_stops(
     features, labels = clustered(5, 6, 8, 1.0, 0)
     labels[labels == 4] = 3
     labels[np.flatnonzero(labels == 3)[:3]] = 4  # class 4 has three images
-    expected = run_clip_benchmark(tmp_path, features, labels, 4, 0, 0.0, LinearSettings())[0]
+    reference = cpu_clip_benchmark
+    expected = run_clip_benchmark(
+        reference, tmp_path, features, labels, 4, 0, 0.0, LinearSettings()
+    )[0]
     assert expected is None  # "insufficient data for this eval"
     [fold] = clip_benchmark_folds(labels.tolist(), [4], 1)
     assert (
@@ -140,6 +143,7 @@ def test_weight_decay_search_picks_what_the_references_find_peak_picks(
 ) -> None:
     """The search over a validation accuracy per weight decay (plateaus, several peaks and all
     zeros included), with the reference's training replaced by that table."""
+    reference = cpu_clip_benchmark
     rng = np.random.default_rng(table)
     accuracies = np.round(rng.random(len(WEIGHT_DECAYS)), 1) * (table != 0)
     monkeypatch.setattr(reference, "train", lambda loader, i, o, decay, *a: decay)
@@ -164,6 +168,10 @@ def test_weight_decay_search_picks_what_the_references_find_peak_picks(
 def test_logistic_probe_equals_mtebs_experiments(shots: int) -> None:
     """mteb's sampler on the same labels picks the same images, in the same order, in all five
     experiments, and its evaluator scores the same accuracy and F1 on the rest."""
+    import datasets
+    from mteb.tasks.classification.eng.imagenet1k import Imagenet1kClassification
+    from mteb.timing import TimingStack
+
     features, labels = clustered(9, 22, 20, 2.5, 3)
     labels = np.where(labels == 8, 7, labels)  # an uneven class
     task = Imagenet1kClassification()
@@ -190,6 +198,8 @@ def test_logistic_probe_equals_mtebs_experiments(shots: int) -> None:
 def test_scores_equal_scikit_learns(seed: int) -> None:
     """Macro F1 over the labels of truth and predictions (a predicted label missing from the
     truth included) and mean per-class recall, against scikit-learn's."""
+    import sklearn.metrics
+
     rng = np.random.default_rng(seed)
     truth = rng.integers(0, 6, size=50)
     predicted = np.where(rng.random(50) < 0.4, truth, rng.integers(0, 8, size=50))

@@ -14,18 +14,44 @@ from vlbench.data.sources.spec import local_root, protocol_settings
 from vlbench.paths import (
     EMBEDDING_FILES,
     EMBEDDING_IDENTITY,
+    BENCHMARK_META,
+    CLIP_BENCHMARK_DIR,
+    COVERAGE_MD,
     EMBEDDING_SHARD_LIST,
     EMBEDDINGS_DIR,
+    EXAMPLE_PLOT,
     FAILED_RUN_NOTE,
+    FEWSHOT_METRICS,
+    EVALUATE_TIMINGS,
+    FEWSHOT_TIMINGS,
+    GATHER_TIMINGS,
+    FRONT_PAGE,
+    INDEX,
+    LEADERBOARD,
+    MODALITIES,
+    METRICS_CSV,
+    METRICS_FULL,
+    MTEB_DIR,
+    NOT_RUN_CSV,
+    PAIRED_TESTS,
     PIXEL_CACHE_DIR,
+    PREPARE_TIMINGS,
+    PREPARED_FILES,
     PROBE_CLASSIFIERS,
     PROBE_FOLDS,
     PROBE_METRICS,
+    PROBE_TIMINGS,
     RANDOM_CHECKPOINT,
+    RANKS,
+    STANDINGS_CSV,
     SYNTHETIC_SOURCE,
     TIMINGS_DIR,
+    benchmark_table,
     evaluation_outputs as protocol_outputs,
     modality_file,
+    paper_table_file,
+    plot_file,
+    provenance_file,
     synthetic_source,
 )
 from vlbench.metrics.probe_folds import SAMPLER_KEYS
@@ -136,7 +162,7 @@ config.update(_validated)
 
 MODELS = sorted(config["models"])
 # Models and benchmarks left out of the run for missing local data (the preflight table): the
-# paper tables note them, results/tables/not_run.csv lists them with the reason.
+# paper tables note them, not_run.csv lists them with the reason.
 NOT_RUN = not_run(_preflight)
 NOT_RUN_ROWS = not_run_rows(_preflight)
 BENCHMARKS = sorted(config["benchmarks"])
@@ -209,12 +235,9 @@ def source_input(wildcards):
 
 def prepared_data(wildcards):
     """The canonical files of a prepared benchmark (used with `unpack`)."""
-    folder = f"results/data/{wildcards.benchmark}"
     return {
-        "images": modality_file(wildcards.benchmark, "image"),
-        "texts": modality_file(wildcards.benchmark, "text"),
-        "qrels": f"{folder}/qrels.parquet",
-        "candidates": f"{folder}/candidates.parquet",
+        name: PREPARED_FILES[name].format(benchmark=wildcards.benchmark)
+        for name in ("images", "texts", "qrels", "candidates")
     }
 
 
@@ -287,7 +310,8 @@ def embed_benchmarks(wildcards):
 def embed_sources(modality):
     """Input function: the canonical parquet files of one modality an embed job reads."""
     return lambda wildcards: [
-        f"results/data/{benchmark}/{modality}.parquet" for benchmark in embed_benchmarks(wildcards)
+        PREPARED_FILES[modality].format(benchmark=benchmark)
+        for benchmark in embed_benchmarks(wildcards)
     ]
 
 
@@ -355,7 +379,7 @@ def evaluation_inputs(wildcards):
         for modality in ("image", "text")
         for kind, suffix in (("embeddings", ".npy"), ("ids", ".ids.parquet"))
     }
-    meta = f"results/data/{wildcards.benchmark}/benchmark.json"
+    meta = BENCHMARK_META.format(benchmark=wildcards.benchmark)
     return {**inputs, **prepared_data(wildcards), "meta": meta}
 
 
@@ -369,7 +393,7 @@ def embedding_files(model, benchmark, direction):
     return {
         "queries": f"{stem}/{query}.npy",
         "query_ids": f"{stem}/{query}.ids.parquet",
-        "index": f"results/index/{model}/{benchmark}/{gallery}.faiss",
+        "index": INDEX.format(model=model, benchmark=benchmark, modality=gallery),
         "gallery_ids": f"{stem}/{gallery}.ids.parquet",
     }
 
@@ -384,7 +408,9 @@ def benchmark_examples_inputs(wildcards):
     for model, direction in EXAMPLE_PANELS:
         for key, path in embedding_files(model, wildcards.benchmark, direction).items():
             inputs[key].append(path)
-        inputs["ranks"].append(f"results/ranks/{model}/{wildcards.benchmark}/{direction}.parquet")
+        inputs["ranks"].append(
+            RANKS.format(model=model, benchmark=wildcards.benchmark, direction=direction)
+        )
     return inputs
 
 
@@ -394,9 +420,6 @@ EMBED_JOB_NAME = (
 )
 EMBED_TIMINGS = f"{TIMINGS_DIR}/embed/{EMBED_JOB_NAME}.tsv"
 # The `benchmark:` files of a (model, benchmark)'s gather and evaluation jobs.
-GATHER_TIMINGS = f"{TIMINGS_DIR}/gather_embeddings/{{model}}/{{benchmark}}.tsv"
-EVALUATE_TIMINGS = f"{TIMINGS_DIR}/evaluate/{{model}}/{{benchmark}}.tsv"
-PROBE_TIMINGS = f"{TIMINGS_DIR}/probe/{{model}}/{{benchmark}}/{{classifier}}.tsv"
 EMBED_LOG = f"logs/embed/{EMBED_JOB_NAME}.log"
 
 
@@ -409,7 +432,7 @@ def probe_sampler_settings(wildcards):
 def benchmark_timings(wildcards):
     """The `benchmark:` files of the jobs on one benchmark (prepare, every embed and evaluate),
     which its provenance page lists."""
-    files = [f"{TIMINGS_DIR}/prepare_benchmark/{wildcards.benchmark}.tsv"]
+    files = [PREPARE_TIMINGS.format(benchmark=wildcards.benchmark)]
     for model in MODELS:
         for pattern in (EMBED_TIMINGS, GATHER_TIMINGS, EVALUATE_TIMINGS):
             files.append(pattern.format(model=model, benchmark=wildcards.benchmark))

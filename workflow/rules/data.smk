@@ -19,11 +19,7 @@ rule prepare_benchmark:
     input:
         source=source_input,
     output:
-        images="results/data/{benchmark}/images.parquet",
-        texts="results/data/{benchmark}/texts.parquet",
-        qrels="results/data/{benchmark}/qrels.parquet",
-        candidates="results/data/{benchmark}/candidates.parquet",
-        meta="results/data/{benchmark}/benchmark.json",
+        **PREPARED_FILES,
     params:
         source=benchmark_source,
         protocol=benchmark_protocol,
@@ -40,6 +36,6 @@ rule prepare_benchmark:
     log:
         "logs/prepare_benchmark/{benchmark}.log",
     benchmark:
-        "results/timings/prepare_benchmark/{benchmark}.tsv"
+        PREPARE_TIMINGS
     script:
         "../../scripts/prepare_benchmark.py"

@@ -3,10 +3,9 @@
 # table); then few-shot accuracy and the paired tests between models.
 # Protocols differ in their directions, so each protocol in use (and BioVITA's text-to-image
 # format, which evaluates the other direction of its protocol) has its own rule,
-# evaluate_<protocol>[_<direction>], declaring its files (vlbench.paths.evaluation_outputs):
-# results/index/{model}/{benchmark}/<gallery>.faiss, and per direction
-# results/ranks/{model}/{benchmark}/<direction>.parquet and
-# results/metrics/{model}/{benchmark}/<direction>.csv (+ .outcomes.parquet).
+# evaluate_<protocol>[_<direction>], declaring its files (vlbench.paths.evaluation_outputs): the
+# faiss index of each gallery, and per direction the ranks, the metric rows and the per-query
+# outcomes (vlbench.paths INDEX, RANKS, METRICS, OUTCOMES).
 for _evaluation in EVALUATIONS:
 
     rule:
@@ -40,12 +39,12 @@ for _evaluation in EVALUATIONS:
 # embeddings its zero-shot ranking already reads: no embedding job of its own.
 rule fewshot:
     input:
-        embeddings="results/embeddings/{model}/{benchmark}/image.npy",
-        ids="results/embeddings/{model}/{benchmark}/image.ids.parquet",
-        images="results/data/{benchmark}/images.parquet",
-        meta="results/data/{benchmark}/benchmark.json",
+        embeddings=EMBEDDING_FILES["image"],
+        ids=EMBEDDING_FILES["image_ids"],
+        images=PREPARED_FILES["images"],
+        meta=BENCHMARK_META,
     output:
-        metrics="results/metrics/{model}/{benchmark}/fewshot.csv",
+        metrics=FEWSHOT_METRICS,
     params:
         fewshot=lambda wildcards: config["benchmarks"][wildcards.benchmark]["fewshot"],
         confidence=config["metrics"]["confidence"],
@@ -54,7 +53,7 @@ rule fewshot:
     log:
         "logs/fewshot/{model}/{benchmark}.log",
     benchmark:
-        "results/timings/fewshot/{model}/{benchmark}.tsv"
+        FEWSHOT_TIMINGS
     script:
         "../../scripts/fewshot.py"
 
@@ -65,7 +64,7 @@ rule fewshot:
 # image embeddings over those folds.
 rule probe_folds:
     input:
-        images=modality_file("{benchmark}", "image"),
+        images=PREPARED_FILES["images"],
     output:
         folds=PROBE_FOLDS,
     params:
@@ -82,8 +81,8 @@ rule probe:
     input:
         embeddings=EMBEDDING_FILES["image"],
         ids=EMBEDDING_FILES["image_ids"],
-        images=modality_file("{benchmark}", "image"),
-        meta="results/data/{benchmark}/benchmark.json",
+        images=PREPARED_FILES["images"],
+        meta=BENCHMARK_META,
         folds=PROBE_FOLDS,
     output:
         metrics=PROBE_METRICS,
@@ -106,7 +105,7 @@ rule paired_tests:
     input:
         outcomes=OUTCOME_FILES,
     output:
-        csv="results/tables/paired_tests.csv",
+        csv=PAIRED_TESTS,
     params:
         stats=pick(config["metrics"], "confidence", "permutation_samples", "seed"),
     conda:

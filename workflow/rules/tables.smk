@@ -9,19 +9,19 @@ rule tables:
         metrics=METRIC_FILES,
         outcomes=OUTCOME_FILES,
     output:
-        csv="results/tables/metrics.csv",
-        full="results/tables/metrics_full.csv",
-        standings="results/tables/standings.csv",
-        markdown=expand("results/tables/{benchmark}.md", benchmark=BENCHMARKS),
-        not_run="results/tables/not_run.csv",
+        csv=METRICS_CSV,
+        full=METRICS_FULL,
+        standings=STANDINGS_CSV,
+        markdown=[benchmark_table(benchmark, "md") for benchmark in BENCHMARKS],
+        not_run=NOT_RUN_CSV,
     params:
         notebook_columns=config["metrics"]["notebook_columns"],
         stats=pick(
             config["metrics"], "confidence", "bootstrap_samples", "permutation_samples", "seed"
         ),
-        # What the plan left out (not_run.csv), and every file results/tables/ holds for this
+        # What the plan left out (not_run.csv), and every file the tables folder holds for this
         # config: files of an earlier config there (and its benchmarks' plots and provenance)
-        # are moved to results/stale/.
+        # are moved to the stale folder (vlbench.report.stale_outputs).
         not_run=NOT_RUN_ROWS,
         current=TABLE_FILES,
         benchmarks=BENCHMARKS,
@@ -35,10 +35,10 @@ rule tables:
 
 rule benchmark_table:
     input:
-        full="results/tables/metrics_full.csv",
+        full=METRICS_FULL,
     output:
         html=report(
-            "results/tables/{benchmark}.html",
+            benchmark_table("{benchmark}", "html"),
             caption="../report/benchmark_table.rst",
             category="{benchmark}",
             subcategory="Metrics",
@@ -54,21 +54,21 @@ rule benchmark_table:
 
 rule paper_table:
     input:
-        full="results/tables/metrics_full.csv",
+        full=METRICS_FULL,
         reference=REFERENCE_CSV,
         reference_map=REFERENCE_MAP,
     output:
-        markdown="results/tables/paper/{table}.md",
-        csv="results/tables/paper/{table}.csv",
-        latex="results/tables/paper/{table}.tex",
+        markdown=paper_table_file("{table}", "markdown"),
+        csv=paper_table_file("{table}", "csv"),
+        latex=paper_table_file("{table}", "latex"),
         html=report(
-            "results/tables/paper/{table}.html",
+            paper_table_file("{table}", "html"),
             caption="../report/paper_table.rst",
             category="Paper tables",
             labels={"table": "{table}"},
         ),
-        rst="results/tables/paper/{table}.rst",
-        coverage="results/tables/paper/{table}.coverage.json",
+        rst=paper_table_file("{table}", "rst"),
+        coverage=paper_table_file("{table}", "coverage"),
     params:
         benchmarks=BENCHMARKS,
         tolerance=config["tables"]["tolerance"],
@@ -89,11 +89,11 @@ rule paper_table:
 # and the report's first page: those lines, then the tables (workflow/report/workflow.rst).
 rule paper_summary:
     input:
-        coverage=expand("results/tables/paper/{table}.coverage.json", table=PAPER_TABLES),
-        fragments=expand("results/tables/paper/{table}.rst", table=PAPER_TABLES),
+        coverage=[paper_table_file(table, "coverage") for table in PAPER_TABLES],
+        fragments=[paper_table_file(table, "rst") for table in PAPER_TABLES],
     output:
-        markdown="results/tables/coverage.md",
-        front_page="results/tables/front_page.rst",
+        markdown=COVERAGE_MD,
+        front_page=FRONT_PAGE,
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -104,17 +104,17 @@ rule paper_summary:
 
 rule plot_benchmark:
     input:
-        full="results/tables/metrics_full.csv",
+        full=METRICS_FULL,
     output:
         curves=report(
-            "results/plots/{benchmark}/recall_at_k.png",
+            plot_file("{benchmark}", "recall_at_k"),
             caption="../report/recall_at_k.rst",
             category="{benchmark}",
             subcategory="Plots",
             labels={"benchmark": "{benchmark}", "figure": "Recall@k curves"},
         ),
         bars=report(
-            "results/plots/{benchmark}/model_bars.png",
+            plot_file("{benchmark}", "model_bars"),
             caption="../report/model_bars.rst",
             category="{benchmark}",
             subcategory="Plots",
@@ -137,7 +137,7 @@ rule qualitative_examples:
     output:
         [
             report(
-                f"results/plots/{{benchmark}}/examples/{model}/{direction}.png",
+                EXAMPLE_PLOT.format(benchmark="{benchmark}", model=model, direction=direction),
                 caption="../report/examples.rst",
                 category="{benchmark}",
                 subcategory="Examples",
@@ -158,20 +158,20 @@ rule qualitative_examples:
 
 rule provenance:
     input:
-        meta="results/data/{benchmark}/benchmark.json",
-        embeddings=expand(
-            "results/embeddings/{model}/{{benchmark}}/{modality}.json",
-            model=MODELS,
-            modality=["image", "text"],
-        ),
+        meta=BENCHMARK_META,
+        embeddings=[
+            EMBEDDING_FILES[f"{modality}_provenance"].replace("{model}", model)
+            for model in MODELS
+            for modality in MODALITIES
+        ],
         # The `benchmark:` files of the benchmark's prepare, embed and evaluate jobs.
         timings=benchmark_timings,
         # Written once every result of the benchmark is in the tables it describes.
-        full="results/tables/metrics_full.csv",
+        full=METRICS_FULL,
     output:
-        csv="results/provenance/{benchmark}.csv",
+        csv=provenance_file("{benchmark}", "csv"),
         html=report(
-            "results/provenance/{benchmark}.html",
+            provenance_file("{benchmark}", "html"),
             caption="../report/provenance.rst",
             category="{benchmark}",
             subcategory="Provenance",
@@ -186,19 +186,17 @@ rule provenance:
 
 
 # The end of a run says what the plan left out and which metrics could not be computed
-# (results/tables/not_run.csv lists both), which images a benchmark left out, and how much of
-# each paper table it filled (results/tables/coverage.md).
+# (not_run.csv lists both), which images a benchmark left out, and how much of each paper table
+# it filled (coverage.md).
 onsuccess:
     remove_failed_run_note()
     if NOT_RUN_ROWS:
-        logger.info(not_run_summary(NOT_RUN_ROWS, "results/tables/not_run.csv"))
-    for _line in not_computable_summary(
-        read_not_run("results/tables/not_run.csv"), "results/tables/not_run.csv"
-    ):
+        logger.info(not_run_summary(NOT_RUN_ROWS, NOT_RUN_CSV))
+    for _line in not_computable_summary(read_not_run(NOT_RUN_CSV), NOT_RUN_CSV):
         logger.warning(_line)
     for _line in skipped_images_summary(BENCHMARKS):
         logger.warning(_line)
-    for _line in coverage_lines_of("results/tables/coverage.md"):
+    for _line in coverage_lines_of(COVERAGE_MD):
         logger.info(_line)
 
 
@@ -216,16 +214,16 @@ onerror:
 
 
 # Our results in the formats other tools read: mteb result files (the benchmarks that are mteb
-# tasks: BioVITA; load them with mteb.ResultCache(cache_path="results/mteb")) and clip_benchmark
-# result files (merge them with `clip_benchmark build results/clip_benchmark ...`).
+# tasks: BioVITA; load them with mteb's ResultCache on the mteb folder) and clip_benchmark result
+# files (merge them with `clip_benchmark build <the clip_benchmark folder> ...`; docs/exports.md).
 rule export_results:
     input:
-        full="results/tables/metrics_full.csv",
-        meta=expand("results/data/{benchmark}/benchmark.json", benchmark=BENCHMARKS),
+        full=METRICS_FULL,
+        meta=[BENCHMARK_META.format(benchmark=benchmark) for benchmark in BENCHMARKS],
         identities=expand(EMBEDDING_IDENTITY, model=MODELS),
     output:
-        mteb=directory("results/mteb"),
-        clip_benchmark=directory("results/clip_benchmark"),
+        mteb=directory(MTEB_DIR),
+        clip_benchmark=directory(CLIP_BENCHMARK_DIR),
     params:
         benchmarks=BENCHMARKS,
         models=MODELS,
@@ -241,11 +239,11 @@ rule export_results:
 # from disk (no server).
 rule leaderboard:
     input:
-        full="results/tables/metrics_full.csv",
-        paper=expand("results/tables/paper/{table}.csv", table=PAPER_TABLES),
-        coverage=expand("results/tables/paper/{table}.coverage.json", table=PAPER_TABLES),
+        full=METRICS_FULL,
+        paper=[paper_table_file(table, "csv") for table in PAPER_TABLES],
+        coverage=[paper_table_file(table, "coverage") for table in PAPER_TABLES],
     output:
-        html="results/leaderboard.html",
+        html=LEADERBOARD,
     conda:
         "../../envs/vlbench.yaml"
     log:

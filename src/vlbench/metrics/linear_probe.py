@@ -15,7 +15,8 @@ test features:
   the 7 of `logspace(-6, 2, 7)`, then around the best (the first with the highest validation
   top-1 accuracy; index 0 while no accuracy beats 0) at spans 8, 4, 2, 1. Training is
   deterministic for a weight decay, so each value is trained once here (the reference retrains
-  the peak at every span, with the same result). Without a validation part the weight decay is 0.
+  the peak at every span and the chosen value for the final model, with the same result).
+  Without a validation part the weight decay is 0.
 - the final model is trained on the support with the chosen weight decay and scored on the
   test: `lp_acc1` and `lp_acc5` from `torch.topk` of the logits (top-5 when the test's largest
   class index is 5 or more, else no top-5 and top-1 from `topk(1)`), `lp_mean_per_class_recall`
@@ -63,8 +64,9 @@ class LinearResult:
 
 
 def _learning_rate(base: float, step: int, steps: int) -> float:
-    """The cosine schedule without warm-up, in the reference's float64 arithmetic."""
-    return 0.5 * (1 + np.cos(np.pi * step / steps)) * base
+    """The cosine schedule without warm-up, in the reference's float64 arithmetic (as a Python
+    float: the same value, and AdamW's scalar arithmetic on it is faster than on numpy's)."""
+    return float(0.5 * (1 + np.cos(np.pi * step / steps)) * base)
 
 
 def train(
@@ -155,16 +157,19 @@ def linear_probe(
     x = torch.from_numpy(np.ascontiguousarray(support, dtype=np.float32))
     y = torch.from_numpy(np.asarray(support_targets, dtype=np.int64))
     weight_decay = 0.0
+    # Training is deterministic for a weight decay, so the search's model of the chosen one is
+    # the final model (the reference trains it once more).
+    trained: dict[float, torch.nn.Linear] = {}
     if validation is not None:
         x_val = torch.from_numpy(np.ascontiguousarray(validation[0], dtype=np.float32))
         y_val = torch.from_numpy(np.asarray(validation[1], dtype=np.int64))
 
         def validation_top1(decay: float) -> float:
-            logits = _logits(train(x, y, classes, decay, settings, seed), x_val)
-            return top_k_accuracy(logits, y_val, 1, 1)
+            trained[decay] = train(x, y, classes, decay, settings, seed)
+            return top_k_accuracy(_logits(trained[decay], x_val), y_val, 1, 1)
 
         weight_decay = search_weight_decay(validation_top1)
-    model = train(x, y, classes, weight_decay, settings, seed)
+    model = trained.get(weight_decay) or train(x, y, classes, weight_decay, settings, seed)
     truth = torch.from_numpy(np.asarray(test_targets, dtype=np.int64))
     logits = _logits(model, torch.from_numpy(np.ascontiguousarray(test, dtype=np.float32)))
     with_top5 = int(truth.max()) >= 5

@@ -17,8 +17,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,10 @@ def logistic_probe(
     max_iter: int = 100,
 ) -> LogisticResult:
     """One mteb experiment: fit on the support, score the test predictions."""
+    # scikit-learn here, not at import (seconds): only the logistic probe jobs need it.
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
     model = LogisticRegression(max_iter=max_iter, random_state=seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vlbench.atomic import write_text
+from vlbench.paths import PAPER_TABLE_FILES
 from vlbench.report.paper_table_model import Cell, PaperTable, Row
 
 DASH = "–"
@@ -247,18 +248,20 @@ def coverage_json(table: PaperTable) -> str:
 
 
 def write_paper_table(table: PaperTable, directory: str | Path) -> list[Path]:
-    """Write <table>.md, .csv, .tex, .html, .rst and .coverage.json into `directory`."""
+    """Write every file of vlbench.paths.PAPER_TABLE_FILES (<table>.md, .csv, .tex, .html, .rst
+    and .coverage.json) into `directory`."""
     directory = Path(directory)
-    outputs = {
-        "md": markdown(table),
-        "csv": csv_text(table),
-        "tex": latex(table),
-        "html": html_fragment(table),
-        "rst": rst_fragment(table),
-        "coverage.json": coverage_json(table),
+    renderers = {
+        "markdown": markdown,
+        "csv": csv_text,
+        "latex": latex,
+        "html": html_fragment,
+        "rst": rst_fragment,
+        "coverage": coverage_json,
     }
     paths = []
-    for extension, text in outputs.items():
+    for name, extension in PAPER_TABLE_FILES.items():
+        text = renderers[name](table)
         path = directory / f"{table.layout.table}.{extension}"
         write_text(path, text)
         paths.append(path)

@@ -5,7 +5,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vlbench.paths import PROBE_CLASSIFIERS, PROBE_METRICS
+from vlbench.paths import (
+    BENCHMARK_PLOTS,
+    CLIP_BENCHMARK_DIR,
+    COVERAGE_MD,
+    EXAMPLE_PLOT,
+    FEWSHOT_METRICS,
+    FRONT_PAGE,
+    LEADERBOARD,
+    METRICS,
+    METRICS_CSV,
+    METRICS_FULL,
+    MTEB_DIR,
+    NOT_RUN_CSV,
+    PAIRED_TESTS,
+    PAPER_TABLE_FILES,
+    PER_CLASS,
+    PROBE_CLASSIFIERS,
+    PROBE_METRICS,
+    STANDINGS_CSV,
+    TABLES_DIR,
+    benchmark_table,
+    paper_table_file,
+    plot_file,
+    provenance_file,
+)
 from vlbench.protocols import DIRECTIONS, PROTOCOLS
 from vlbench.protocols import benchmark_directions as directions_of_benchmark
 
@@ -18,7 +42,7 @@ def benchmark_directions(config: Mapping[str, Any], benchmark: str) -> list[str]
 def metric_files(config: Mapping[str, Any]) -> list[str]:
     """Every per-job metric CSV: each model x benchmark x the benchmark's directions."""
     return [
-        f"results/metrics/{model}/{benchmark}/{direction}.csv"
+        METRICS.format(model=model, benchmark=benchmark, direction=direction)
         for model in sorted(config["models"])
         for benchmark in sorted(config["benchmarks"])
         for direction in benchmark_directions(config, benchmark)
@@ -29,7 +53,7 @@ def fewshot_metric_files(config: Mapping[str, Any]) -> list[str]:
     """The few-shot metric CSV of every model x benchmark whose protocol has labelled images
     and whose `fewshot.shots` list is not empty (computed from the cached image embeddings)."""
     return [
-        f"results/metrics/{model}/{benchmark}/fewshot.csv"
+        FEWSHOT_METRICS.format(model=model, benchmark=benchmark)
         for model in sorted(config["models"])
         for benchmark in sorted(config["benchmarks"])
         if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].fewshot
@@ -58,17 +82,15 @@ def outcome_files(config: Mapping[str, Any]) -> list[str]:
 def metrics_extra_targets(config: Mapping[str, Any]) -> list[str]:
     """Zero-shot per-class tables and, with two or more models, the paired tests."""
     targets = [
-        f"results/metrics/{model}/{benchmark}/per_class.csv"
+        PER_CLASS.format(model=model, benchmark=benchmark)
         for model in sorted(config["models"])
         for benchmark in sorted(config["benchmarks"])
         if PROTOCOLS[config["benchmarks"][benchmark]["protocol"]].per_class
     ]
-    return targets + (["results/tables/paired_tests.csv"] if len(config["models"]) > 1 else [])
+    return targets + ([PAIRED_TESTS] if len(config["models"]) > 1 else [])
 
 
-PAPER_TABLE_FORMATS = ("md", "csv", "tex", "html", "rst", "coverage.json")
-SUMMARY_TARGETS = ("results/tables/coverage.md", "results/tables/front_page.rst")
-BENCHMARK_PLOTS = ("recall_at_k", "model_bars")
+SUMMARY_TARGETS = (COVERAGE_MD, FRONT_PAGE)
 
 
 def table_targets(
@@ -83,20 +105,18 @@ def table_targets(
     `benchmarks` maps each benchmark key to its protocol.
     """
     targets = [
-        f"results/tables/paper/{table}.{extension}"
-        for table in paper_tables
-        for extension in PAPER_TABLE_FORMATS
+        paper_table_file(table, name) for table in paper_tables for name in PAPER_TABLE_FILES
     ] + list(SUMMARY_TARGETS)
     for benchmark in sorted(benchmarks):
         targets += [
-            f"results/tables/{benchmark}.html",
-            f"results/provenance/{benchmark}.html",
-            *(f"results/plots/{benchmark}/{plot}.png" for plot in BENCHMARK_PLOTS),
+            benchmark_table(benchmark, "html"),
+            provenance_file(benchmark, "html"),
+            *(plot_file(benchmark, plot) for plot in BENCHMARK_PLOTS),
         ]
         # Qualitative examples search the whole gallery, which is the protocol only for these.
         if example_queries > 0 and PROTOCOLS[benchmarks[benchmark]].item_retrieval:
             targets += [
-                f"results/plots/{benchmark}/examples/{model}/{direction}.png"
+                EXAMPLE_PLOT.format(benchmark=benchmark, model=model, direction=direction)
                 for model in sorted(models)
                 for direction in directions
             ]
@@ -104,7 +124,7 @@ def table_targets(
 
 
 # Results in other tools' formats (folders) and the leaderboard page.
-EXPORT_TARGETS = ("results/mteb", "results/clip_benchmark", "results/leaderboard.html")
+EXPORT_TARGETS = (MTEB_DIR, CLIP_BENCHMARK_DIR, LEADERBOARD)
 
 
 def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
@@ -112,8 +132,8 @@ def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[
     per-benchmark tables, plots, provenance, examples, the exports and the leaderboard."""
     benchmarks = sorted(config["benchmarks"])
     return (
-        ["results/tables/metrics.csv", *EXPORT_TARGETS]
-        + [f"results/tables/{benchmark}.md" for benchmark in benchmarks]
+        [METRICS_CSV, *EXPORT_TARGETS]
+        + [benchmark_table(benchmark, "md") for benchmark in benchmarks]
         + metrics_extra_targets(config)
         + table_targets(
             paper_tables,
@@ -125,13 +145,8 @@ def all_targets(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[
     )
 
 
-TABLES_DIR = "results/tables/"
 # Outputs of the tables job that no other rule reads as a final target.
-TABLES_JOB_EXTRAS = (
-    "results/tables/metrics_full.csv",
-    "results/tables/not_run.csv",
-    "results/tables/standings.csv",
-)
+TABLES_JOB_EXTRAS = (METRICS_FULL, NOT_RUN_CSV, STANDINGS_CSV)
 
 
 def table_files(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[str]:
@@ -139,5 +154,5 @@ def table_files(config: Mapping[str, Any], paper_tables: Iterable[str]) -> list[
     earlier config's, vlbench.report.stale_outputs)."""
     targets = all_targets(config, paper_tables)
     return sorted(
-        {path for path in targets if path.startswith(TABLES_DIR)} | set(TABLES_JOB_EXTRAS)
+        {path for path in targets if path.startswith(f"{TABLES_DIR}/")} | set(TABLES_JOB_EXTRAS)
     )
