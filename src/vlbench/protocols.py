@@ -24,6 +24,21 @@ RERANK = "rerank"
 
 # direction -> (query modality, gallery modality)
 DIRECTIONS = {"image_to_text": ("image", "text"), "text_to_image": ("text", "image")}
+
+
+def direction_sides(direction: str) -> tuple[str, str]:
+    """(query modality, gallery modality) of a direction named `<query>_to_<gallery>` (the
+    ranking directions, and `image_to_image` of the few-shot and probe rows)."""
+    query, _, gallery = direction.partition("_to_")
+    return (query, gallery) if gallery else (direction, "")
+
+
+def direction_label(direction: str) -> str:
+    """How tables name a direction: `image→text`."""
+    query, gallery = direction_sides(direction)
+    return f"{query}→{gallery}" if gallery else direction
+
+
 BOTH = ("image_to_text", "text_to_image")
 
 

@@ -19,7 +19,6 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +26,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 from slurm_cluster import REPO_ROOT, SlurmCluster, report_job_ids
-from workflow_helpers import SNAKEFILE, shared_demo, tiny_model, write_config, write_shared_demo
+from workflow_helpers import (
+    shared_demo,
+    snakemake_command,
+    tiny_model,
+    write_config,
+    write_shared_demo,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -83,8 +88,7 @@ def declared_localrules() -> set[str]:
 
 
 def snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
-    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *args]
+    command = snakemake_command(workdir, *args, cores=None)
     log = open(workdir / "snakemake.log", "w")  # noqa: SIM115 - closed by the child's exit
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
 

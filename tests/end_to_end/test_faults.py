@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from stored_files import files_under
-from workflow_helpers import SNAKEFILE, run_in_own_session, write_shared_demo
+from workflow_helpers import run_in_own_session, snakemake_command, write_shared_demo
 
 from vlbench.atomic import CRASH_ENV
 from vlbench.workflow.run_end import INTERRUPTED
@@ -89,10 +88,8 @@ def test_ctrl_c_mid_embedding_stops_with_one_line_and_the_same_command_resumes(
     workdir = tmp_path / "run"
     workdir.mkdir()
     write_shared_demo(workdir)
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
-    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
     run = subprocess.Popen(
-        command,
+        snakemake_command(workdir),
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -129,11 +126,10 @@ def test_second_invocation_on_the_same_directory_fails_fast(tmp_path: Path) -> N
     workdir.mkdir()
     write_shared_demo(workdir)
     # The first run only goes as far as the image embeddings: long enough to hold the lock.
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
-    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    command = snakemake_command(workdir, cores=1)
     target = "results/embeddings/tiny/demo/image.npy"
     first = subprocess.Popen(
-        [*command[:3], target, *command[3:]],
+        [*command, target],
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 from workflow_helpers import (
-    SNAKEFILE,
     copy_of_run,
     run_workflow,
     shared_demo,
+    snakemake_command,
     synthetic_benchmark,
     tiny_model,
     watch_processes,
@@ -298,8 +298,7 @@ def test_fp16_without_a_gpu_is_refused_before_any_job_naming_the_key(workdir: Pa
     planned = run_workflow(workdir, configfile, "--dry-run", check=False)
     assert planned.returncode == 0, planned.stderr  # a plan runs nothing: it may be for a GPU node
     hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU for this run, on any machine
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "1"]
-    command += ["--directory", str(workdir), "--configfile", str(configfile)]
+    command = snakemake_command(workdir, configfile=configfile, cores=1)
     refused = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=hidden)
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]

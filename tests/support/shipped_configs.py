@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ from fixtures_sources import (
 from loopback_hub import LoopbackHub, client_environment
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
-from workflow_helpers import REPO, SNAKEFILE, TINY_MODEL_CONFIG
+from workflow_helpers import REPO, TINY_MODEL_CONFIG, snakemake_command
 
 from vlbench.data.importers.biocap_retrieval import import_retrieval
 from vlbench.data.importers.meta_album import import_meta_album
@@ -288,12 +287,12 @@ def run_shipped(
     configfile = workdir / f"{name}.yaml"
     tested = as_tested(config, scratch / "checkpoints", references)
     configfile.write_text(yaml.safe_dump(tested, sort_keys=False), encoding="utf-8")
-    command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE),
-        "--directory", str(workdir), "--configfile", str(configfile),
-        "--config", f"data_root={scratch / 'data'}", "embedding={jobs: single}",
-        "--cores", "2", *(extra or TARGETS),
-    ]  # fmt: skip
+    command = snakemake_command(
+        workdir,
+        *(extra or TARGETS),
+        configfile=configfile,
+        config=[f"data_root={scratch / 'data'}", "embedding={jobs: single}"],
+    )
     env = {**os.environ, **client_environment(hub, workdir / "hf-home")}
     return subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
 

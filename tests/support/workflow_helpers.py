@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,24 +54,33 @@ def write_config(directory: Path, config: dict[str, Any], name: str = "config.ya
     return path
 
 
+def snakemake_command(
+    workdir: Path,
+    *extra: str,
+    configfile: Path | None = None,
+    config: Sequence[str] = (),
+    cores: int | None = 2,
+) -> list[str]:
+    """The one spelling of a Snakemake run of the project's Snakefile in `workdir`, on its
+    config.yaml unless `configfile` is given; `config` are `--config` items, `cores` None leaves
+    `--cores` to a profile. Targets and options go in `extra`, after `--cores`, which ends the
+    list-valued `--configfile` and `--config`."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
+    command += ["--directory", str(workdir)]
+    command += ["--configfile", str(configfile or workdir / "config.yaml")]
+    if config:
+        command += ["--config", *config]
+    if cores is not None:
+        command += ["--cores", str(cores)]
+    return [*command, *extra]
+
+
 def run_workflow(
     workdir: Path, configfile: Path, *extra: str, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """Run snakemake on the project's Snakefile inside `workdir`."""
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(configfile),
-        "--cores",
-        "1",
-        *extra,
-    ]
+    """Run snakemake on the project's Snakefile inside `workdir` (one core unless `extra` says
+    otherwise: a later `--cores` wins)."""
+    command = snakemake_command(workdir, *extra, configfile=configfile, cores=1)
     result = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
@@ -107,10 +117,8 @@ def run_in_own_session(
     workdir: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """Run the workflow on workdir/config.yaml in its own process group (killable as a whole)."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
-    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *extra]
     return subprocess.run(
-        command,
+        snakemake_command(workdir, *extra),
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -162,9 +170,7 @@ def run_watching_processes(
     workdir: Path, leftovers: Path, *extra: str
 ) -> subprocess.CompletedProcess:
     """`run_in_own_session`, recording in `leftovers` (JSON) every process the run left alive."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2"]
-    command += ["--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), *extra]
-    return watch_processes(command, leftovers, workdir)
+    return watch_processes(snakemake_command(workdir, *extra), leftovers, workdir)
 
 
 def copy_of_run(run: Path, tmp_path: Path) -> Path:

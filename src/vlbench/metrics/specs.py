@@ -71,6 +71,10 @@ def _rank_metrics(ndcg_ks: Sequence[int] = (10,)) -> list[MetricSpec]:
     ]
 
 
+# The metrics whose unit is a rank, not a percent (lower is better).
+RANK_METRICS = tuple(spec.name for spec in _rank_metrics() if spec.unit == "rank")
+
+
 def _hits(name: str, ks: Sequence[int]) -> list[MetricSpec]:
     return [MetricSpec(name, k, lambda q, k=k: hit_rate(q, k)) for k in sorted(ks)]
 

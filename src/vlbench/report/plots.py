@@ -9,13 +9,14 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from vlbench.atomic import atomic_path
+from vlbench.metrics.specs import RANK_METRICS
+from vlbench.protocols import direction_sides
 
-DIRECTION_TITLES = {
-    "image_to_text": "image → text (image queries)",
-    "text_to_image": "text → image (text queries)",
-}
-# Metrics not on the 0-100 percent scale stay out of the bar charts.
-NON_PERCENT_METRICS = {"mean_rank", "median_rank"}
+
+def direction_title(direction: str) -> str:
+    """A plot panel's direction: `image → text (image queries)`."""
+    query, gallery = direction_sides(direction)
+    return f"{query} → {gallery} ({query} queries)" if gallery else direction
 
 
 def save_figure(figure: Figure, path: str | Path) -> None:
@@ -80,7 +81,7 @@ def recall_curves(metrics: pl.DataFrame, benchmark: str) -> Figure:
             axis.plot(*chance, linestyle="--", color="grey", label="chance")
         axis.set_xscale("log")
         axis.set_xlabel("k")
-        axis.set_title(f"{DIRECTION_TITLES.get(direction, direction)}\n{subset}", fontsize=10)
+        axis.set_title(f"{direction_title(direction)}\n{subset}", fontsize=10)
         axis.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("Recall@k (%)")
     axes[0][-1].legend(fontsize=8, loc="upper left")
@@ -89,7 +90,8 @@ def recall_curves(metrics: pl.DataFrame, benchmark: str) -> Figure:
 
 
 def _group_label(subset: str, direction: str, metric: str, k: int | None, subsets: int) -> str:
-    short = {"image_to_text": "i→t", "text_to_image": "t→i"}.get(direction, direction)
+    query, gallery = direction_sides(direction)
+    short = f"{query[0]}→{gallery[0]}" if gallery else direction
     name = metric if k is None else f"{metric}@{k}"
     return f"{subset}\n{short} {name}" if subsets > 1 else f"{short} {name}"
 
@@ -98,7 +100,8 @@ def model_bars(metrics: pl.DataFrame, benchmark: str) -> Figure:
     """One group per (direction, metric, k), one bar per model with its 95% interval."""
     rows = metrics.filter(
         (pl.col("benchmark") == benchmark)
-        & ~pl.col("metric").is_in(list(NON_PERCENT_METRICS))
+        # Metrics not on the 0-100 percent scale stay out of the bar charts.
+        & ~pl.col("metric").is_in(list(RANK_METRICS))
         & pl.col("value").is_not_null()  # not the metrics that could not be computed
     )
     if rows.height == 0:

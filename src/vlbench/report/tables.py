@@ -20,16 +20,12 @@ from vlbench.atomic import atomic_path, write_text
 from vlbench.metrics.fewshot_job import FEWSHOT_METRIC
 from vlbench.metrics.fold_rows import NOT_COMPUTABLE_COLUMN, PROBE_METRICS
 from vlbench.metrics.rows import METRIC_COLUMNS, StatsSettings, notebook_columns
+from vlbench.metrics.specs import RANK_METRICS
 from vlbench.metrics.standings import COLUMN_KEYS, marked_best, standings_table
+from vlbench.protocols import direction_label
 
-DIRECTION_LABELS = {
-    "image_to_text": "image→text",
-    "text_to_image": "text→image",
-    "image_to_image": "image→image",
-}
 # How a column names its unit (the `unit` column of metrics_full.csv; percent when absent).
 UNIT_LABELS = {"percent": "%", "rank": "rank"}
-RANK_METRICS = ("mean_rank", "median_rank")
 # A benchmark table's cell of a metric that could not be computed.
 NOT_COMPUTABLE_CELL = "not computable"
 
@@ -100,7 +96,7 @@ def column_label(
     subset: str | None, direction: str, metric: str, k: int | None, subsets: int, unit: str
 ) -> str:
     name = "R" if metric == "recall" else metric
-    label = f"{DIRECTION_LABELS.get(direction, direction)} {name}"
+    label = f"{direction_label(direction)} {name}"
     label = label if k is None else f"{label}@{k}"
     label = f"{label} ({UNIT_LABELS.get(unit, unit)})"
     return f"{subset} {label}" if subsets > 1 else label
