@@ -67,31 +67,17 @@ from vlbench.report.not_run import (
     read_not_run,
     skipped_images_summary,
 )
-from vlbench.report.paper_layouts import layouts_for
-from vlbench.report.reference import read_map
 from vlbench.report.summary import coverage_lines_of
 from vlbench.workflow.checks import (
-    check_model_keys,
     check_precisions_here,
     local_checkpoint,
     model_fingerprint,
     model_spec_for_job,
     source_fingerprint,
 )
-from vlbench.workflow.data_root import expand_data_root
 from vlbench.workflow.fingerprints import fingerprint
-from vlbench.workflow.lockfile import lock_path, read_lock
 from vlbench.workflow.embed_cut import embed_cut
 from vlbench.workflow.invocation import executes_jobs
-from vlbench.workflow.pinning import FirstUsePins, plan_pins
-from vlbench.workflow.preflight import (
-    drop_missing,
-    not_run,
-    not_run_rows,
-    preflight_rows,
-    refuse_missing,
-    render,
-)
 from vlbench.workflow.failures import (
     failed_job_causes,
     remove_failed_run_note,
@@ -99,15 +85,7 @@ from vlbench.workflow.failures import (
 )
 from vlbench.workflow.run_claim import claim_directory
 from vlbench.workflow.run_end import INTERRUPTED, interrupted, say_last, stop_cleanly_on_interrupt
-from vlbench.workflow.run_config import load_run_config
-from vlbench.workflow.targets import (
-    all_targets,
-    fewshot_metric_files,
-    metric_files,
-    outcome_files,
-    probe_metric_files,
-    table_files,
-)
+from vlbench.workflow.plan import plan
 
 # A run killed outright leaves Snakemake's lock files behind: the main process of every run holds
 # a kernel lock on the directory while it lives, and one that can take it removes the lock files
@@ -125,54 +103,38 @@ if workflow.is_main_process:
 DEFAULT_CONFIG = Path(workflow.basedir) / "config" / "config.yaml"
 REFERENCE_DIR = Path(workflow.basedir) / "config" / "reference"
 try:
-    _config_files = list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG]
-    _validated = load_run_config(
-        _config_files,
+    PLAN = plan(
+        list(workflow.overwrite_configfiles) or [DEFAULT_CONFIG],
         dict(workflow.config_settings.config),
         schema_path=workflow.source_path("../schemas/config.schema.yaml"),
+        reference_dir=REFERENCE_DIR,
     )
-    check_model_keys(_validated)
-    _validated = expand_data_root(_validated)
-    # Pin on first use: unpinned hub downloads take their commit from the config's lock file;
-    # planning only reads it. A run that executes jobs resolves and locks the missing ones when
-    # a job parameter first asks for a commit (`pinned`, below).
-    _config_path = Path(_config_files[-1])
-    _lock = lock_path(_config_path)
-    _as_written = _validated
-    _validated, _, _ = plan_pins(_as_written, _lock, _config_path.name, resolve=False)
-    _first_use = FirstUsePins(_as_written, _lock, _config_path.name)
-    # One table of every model and benchmark and its state; entries whose local data is
-    # missing are left out of the run (missing_data: skip) and listed in not_run.csv, or
-    # refuse the plan (missing_data: fail, or nothing left to run).
-    _preflight = preflight_rows(_as_written, read_lock(_lock))
-    logger.info(render(_preflight, f"vlbench preflight of {_config_path} (lock: {_lock}):"))
-    refuse_missing(_as_written, _preflight)
-    _validated, _preflight = drop_missing(_validated, _preflight)
-    REFERENCE_CSV = _validated["tables"]["reference"] or str(
-        REFERENCE_DIR / "published_results.csv"
-    )
-    REFERENCE_MAP = _validated["tables"]["map"] or str(REFERENCE_DIR / "map.yaml")
-    _reference_map = read_map(REFERENCE_MAP)
 except VlbenchError as error:
     # The cause is the error's first line: one line, then the run stops (no Snakemake frame).
     logger.error(f"vlbench error: {error}")
     raise SystemExit(1) from None
+# One table of every model and benchmark and its state; entries whose local data is missing are
+# left out of the run (missing_data: skip) and listed in not_run.csv, or refuse the plan
+# (missing_data: fail, or nothing left to run). Unpinned hub downloads take their commit from
+# the config's lock file; a run that executes jobs resolves and locks the missing ones when a
+# job parameter first asks for a commit (`pinned`, below).
+logger.info(PLAN.preflight_report)
 config.clear()
-config.update(_validated)
+config.update(PLAN.config)
 
-MODELS = sorted(config["models"])
-# Models and benchmarks left out of the run for missing local data (the preflight table): the
-# paper tables note them, not_run.csv lists them with the reason.
-NOT_RUN = not_run(_preflight)
-NOT_RUN_ROWS = not_run_rows(_preflight)
-BENCHMARKS = sorted(config["benchmarks"])
-PAPER_TABLES = [layout.table for layout in layouts_for(BENCHMARKS, _reference_map)]
-ALL_TARGETS = all_targets(config, PAPER_TABLES)
-TABLE_FILES = table_files(config, PAPER_TABLES)
-# Few-shot and probe metric files are metric files too (the tables read them), but have no
-# outcomes.
-METRIC_FILES = metric_files(config) + fewshot_metric_files(config) + probe_metric_files(config)
-OUTCOME_FILES = outcome_files(config)
+MODELS = PLAN.models
+BENCHMARKS = PLAN.benchmarks
+PAPER_TABLES = PLAN.paper_tables
+REFERENCE_CSV = PLAN.reference_csv
+REFERENCE_MAP = PLAN.reference_map
+# Models and benchmarks left out of the run for missing local data: the paper tables note them,
+# not_run.csv lists them with the reason.
+NOT_RUN = PLAN.not_run
+NOT_RUN_ROWS = PLAN.not_run_rows
+ALL_TARGETS = PLAN.all_targets
+TABLE_FILES = PLAN.table_files
+METRIC_FILES = PLAN.metric_files
+OUTCOME_FILES = PLAN.outcome_files
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
@@ -200,9 +162,9 @@ def pinned():
     """Pin on first use: in a run that executes jobs (Snakemake's executor is set, not a dry
     run), the first parameter that reads a hub commit resolves and locks the missing ones into
     the config; otherwise (dry run, lint, report, DAG, ...) the lock is only read."""
-    if _first_use.pending and executes_jobs(workflow):
+    if PLAN.first_use.pending and executes_jobs(workflow):
         try:
-            info, warnings = _first_use.resolve_into(config)
+            info, warnings = PLAN.first_use.resolve_into(config)
         except VlbenchError as error:
             raise planning_refusal(error) from None
         for line in info:
