@@ -13,6 +13,7 @@ from vlbench.config import (
     JOB_SHAPE_KEYS,
     RUN_TIME_KEYS,
     SCHEMA_PATH,
+    load_schema,
     result_keys,
     schema_defaults,
 )
@@ -208,6 +209,19 @@ def readme_rows(section: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("section", ["prepare", "embedding", "ranking", "metrics", "tables"])
 def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
     assert set(readme_rows(section)) == set(schema_defaults(section))
+
+
+@pytest.mark.parametrize(
+    ("section", "definition"), [("models", "model"), ("benchmarks", "benchmark")]
+)
+def test_every_key_of_a_model_and_a_benchmark_is_documented_with_what_it_reruns(
+    section: str, definition: str
+) -> None:
+    """The key tables of config/README.md list exactly the schema's keys, each with a rerun
+    cell (the schema's descriptions say what a key means; the README adds what it reruns)."""
+    rows = readme_rows(section)
+    assert set(rows) == set(load_schema()["$defs"][definition]["properties"])
+    assert all(len(cells) == 4 and cells[-1] for cells in rows.values()), section
 
 
 @pytest.mark.parametrize(
