@@ -51,9 +51,10 @@ from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.job import embed_with_loaded_model
+from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
-from vlbench.embedding.shard_files import Shard, load_embeddings
+from vlbench.embedding.shard_files import Shard
 from vlbench.report.provenance import read_snakemake_benchmark
 
 REPO = Path(__file__).resolve().parents[1]

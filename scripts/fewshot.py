@@ -2,7 +2,7 @@
 
 import json
 
-from vlbench.embedding.shard_files import load_embeddings
+from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.metrics.fewshot_job import write_fewshot
 from vlbench.rule_log import rule_log
 

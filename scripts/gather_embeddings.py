@@ -3,7 +3,7 @@ them, concatenated into the matrices, ids and provenance every later job reads."
 
 from pathlib import Path
 
-from vlbench.embedding.shard_files import MatrixFiles
+from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.shard_list import gather_pair, read_identity
 from vlbench.paths import EMBEDDING_SHARDS, MODALITIES
 from vlbench.rule_log import rule_log

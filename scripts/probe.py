@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from vlbench.embedding.shard_files import load_embeddings
+from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.metrics.probe_job import write_probe
 from vlbench.rule_log import rule_log
 

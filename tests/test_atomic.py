@@ -138,12 +138,13 @@ CRASH_SITES = {
         "with atomic_directory(target) as tmp:\n    (tmp / 'file').write_text('new')"
     ),
     "embedding shard (ids, then matrix)": (
-        "import numpy as np\nfrom vlbench.embedding.shard_files import save_embeddings\n"
+        "import numpy as np\nfrom vlbench.embedding.matrix_files import save_embeddings\n"
         "save_embeddings(['a'], np.ones((1, 4), np.float32), target, target.with_suffix('.ids'))"
     ),
     "gathered matrix (reserved memory map)": (
         "import numpy as np\n"
-        "from vlbench.embedding.shard_files import MatrixFiles, save_embeddings, gather_shards\n"
+        "from vlbench.embedding.shard_files import gather_shards\n"
+        "from vlbench.embedding.matrix_files import MatrixFiles, save_embeddings\n"
         "shard = MatrixFiles.at(target.parent / 'shard')\n"
         "save_embeddings(['a'], np.ones((1, 4), np.float32), shard.embeddings, shard.ids)\n"
         "out = MatrixFiles(target, target.with_suffix('.ids'), target.with_suffix('.json'))\n"

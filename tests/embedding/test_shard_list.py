@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vlbench.embedding.shard_files import MatrixFiles, load_embeddings, save_matrix
+from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings, save_matrix
 from vlbench.embedding.shard_list import (
     gather_pair,
     identity_digest,

@@ -29,16 +29,14 @@ from vlbench.data.canonical import TEXTS_SCHEMA
 from vlbench.embedding import job as embedding_job
 from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.job import EmbeddingJob, embed_with_loaded_model
+from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings, save_embeddings
 from vlbench.embedding.models import EmbeddingModel, register_model_config
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import (
-    MatrixFiles,
     Shard,
     ShardStore,
     gather_shards,
-    load_embeddings,
     plan_shards,
-    save_embeddings,
     shard_ranges,
 )
 from vlbench.embedding.shard_list import gather_pair, identity_digest

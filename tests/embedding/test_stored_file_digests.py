@@ -20,15 +20,14 @@ from embed_support import count_embedded_shards, tiny_model, write_images, write
 from stored_files import DAMAGES
 
 from vlbench.embedding.job import embed_with_loaded_model
-from vlbench.embedding.settings import EmbedSettings
-from vlbench.embedding.shard_files import (
+from vlbench.embedding.matrix_files import (
     MatrixFiles,
-    Shard,
-    ShardStore,
     load_embeddings,
     require_gathered_intact,
     save_matrix,
 )
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard, ShardStore
 from vlbench.errors import VlbenchError
 from vlbench.hashing import file_digest, require_sidecar_intact, sidecar
 from vlbench.rank.index import build_flat_index

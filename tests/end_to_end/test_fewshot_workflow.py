@@ -19,7 +19,7 @@ from rerun_matrix_support import jobs_in_log, scheduled_jobs
 from workflow_helpers import copy_of_run, run_workflow, tiny_model, write_config
 
 from vlbench.config import benchmark_entry_defaults
-from vlbench.embedding.shard_files import load_embeddings
+from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.metrics.fewshot import fewshot_folds
 from vlbench.metrics.linear_probe import LinearSettings, linear_probe
 from vlbench.metrics.logistic_probe import logistic_probe

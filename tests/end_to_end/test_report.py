@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from vlbench.embedding.shard_files import MatrixFiles, gather_shards, save_embeddings
+from vlbench.embedding.matrix_files import MatrixFiles, save_embeddings
+from vlbench.embedding.shard_files import gather_shards
 from vlbench.metrics.rows import METRIC_COLUMNS
 from vlbench.report.provenance import (
     collect_provenance,

@@ -60,7 +60,8 @@ STAGES: dict[str, tuple[str, str]] = {
         "shards/text/shard-00000.ids.parquet",
     ),
     "embed (gathered matrices)": (
-        "from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards\n"
+        "from vlbench.embedding.shard_files import ShardStore, gather_shards\n"
+        "from vlbench.embedding.matrix_files import MatrixFiles\n"
         "from vlbench.embedding.shard_files import plan_shards\n"
         "for modality in ('image', 'text'):\n"
         "    store = ShardStore(root / 'shards' / modality, {})\n"

@@ -12,7 +12,7 @@ import pytest
 from workflow_helpers import validate
 
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
-from vlbench.embedding.shard_files import MatrixFiles, save_matrix
+from vlbench.embedding.matrix_files import MatrixFiles, save_matrix
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from vlbench.data.canonical import IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
-from vlbench.embedding.shard_files import MatrixFiles, save_matrix
+from vlbench.embedding.matrix_files import MatrixFiles, save_matrix
 from vlbench.rank.index import build_flat_index
 from vlbench.report.plots import model_bars, recall_curves, write_benchmark_plots
 from vlbench.report.qualitative import (

@@ -24,9 +24,10 @@ import torch
 
 from vlbench.embedding.encode import embed_shard
 from vlbench.embedding.gpu_slots import claim_gpu
+from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
 from vlbench.embedding.settings import EmbedSettings, result_settings
-from vlbench.embedding.shard_files import MatrixFiles, ShardStore, gather_shards, plan_shards
+from vlbench.embedding.shard_files import ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
 from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256

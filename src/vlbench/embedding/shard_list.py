@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.atomic import write_text
-from vlbench.embedding.shard_files import MatrixFiles, gather_shards
+from vlbench.embedding.matrix_files import MatrixFiles
+from vlbench.embedding.shard_files import gather_shards
 from vlbench.errors import VlbenchError
 from vlbench.hashing import require_intact
 from vlbench.paths import MODALITIES

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlbench.embedding.shard_files import require_gathered_intact
+from vlbench.embedding.matrix_files import require_gathered_intact
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.paths import galleries
 from vlbench.protocols import DIRECTIONS, Protocol

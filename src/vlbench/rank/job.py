@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from vlbench.atomic import atomic_path
 from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_parquet, read_qrels
-from vlbench.embedding.shard_files import read_checked_embeddings, read_embedding_ids
+from vlbench.embedding.matrix_files import read_checked_embeddings, read_embedding_ids
 from vlbench.errors import VlbenchError
 from vlbench.paths import MODALITY_FILES
 from vlbench.protocols import DIRECTIONS

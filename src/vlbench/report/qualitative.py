@@ -16,11 +16,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from vlbench.data.canonical import ID_COLUMNS
-from vlbench.embedding.shard_files import (
-    clean_hint,
-    read_embedding_ids,
-    require_gathered_intact,
-)
+from vlbench.embedding.matrix_files import clean_hint, read_embedding_ids, require_gathered_intact
 from vlbench.errors import VlbenchError
 from vlbench.hashing import require_sidecar_intact
 from vlbench.paths import MODALITY_FILES
