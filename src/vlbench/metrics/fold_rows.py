@@ -11,7 +11,9 @@ a row has no value, interval or folds).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +55,14 @@ FOLD_SCHEMA = {
     "fold_values": pl.String,
     NOT_COMPUTABLE_COLUMN: pl.String,
 }
+
+
+def row_labels(meta_path: str | Path, benchmark: str, model: str) -> dict[str, str]:
+    """The benchmark, subset (the prepared benchmark's subset, else its split) and model of a
+    job's rows."""
+    with open(meta_path, encoding="utf-8") as handle:
+        meta = json.load(handle)
+    return {"benchmark": benchmark, "subset": meta.get("subset") or meta["split"], "model": model}
 
 
 def fold_row(
