@@ -74,10 +74,12 @@ PREPARE_TIMINGS = TIMINGS_DIR + "/prepare_benchmark/{benchmark}.tsv"
 FEWSHOT_TIMINGS = TIMINGS_DIR + "/fewshot/{model}/{benchmark}.tsv"
 GATHER_TIMINGS = TIMINGS_DIR + "/gather_embeddings/{model}/{benchmark}.tsv"
 EVALUATE_TIMINGS = TIMINGS_DIR + "/evaluate/{model}/{benchmark}.tsv"
-# A zero-shot benchmark's probe folds (which images train each fold of a classifier; one file
-# per benchmark, shared by every model) and a model's probe metric rows.
+# A zero-shot benchmark's folds (which images train each fold of a classifier: the few-shot
+# evaluation or a probe; one file per benchmark, shared by every model) and a model's probe
+# metric rows.
 PROBE_CLASSIFIERS = ("linear", "logistic")
-PROBE_FOLDS = "results/folds/{benchmark}/{classifier}.parquet"
+FOLD_CLASSIFIERS = ("fewshot", *PROBE_CLASSIFIERS)
+FOLDS = "results/folds/{benchmark}/{classifier}.parquet"
 PROBE_METRICS = "results/metrics/{model}/{benchmark}/probe_{classifier}.csv"
 PROBE_TIMINGS = TIMINGS_DIR + "/probe/{model}/{benchmark}/{classifier}.tsv"
 

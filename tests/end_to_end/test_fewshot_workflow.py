@@ -20,7 +20,7 @@ from workflow_helpers import copy_of_run, run_workflow, tiny_model, write_config
 
 from vlbench.config import benchmark_entry_defaults
 from vlbench.embedding.matrix_files import load_embeddings
-from vlbench.metrics.fewshot import fewshot_folds
+from vlbench.metrics.fewshot import class_members, fewshot_folds, fold_splits
 from vlbench.metrics.linear_probe import LinearSettings, linear_probe
 from vlbench.metrics.logistic_probe import logistic_probe
 from vlbench.metrics.probe_folds import class_indices, draw_folds
@@ -90,6 +90,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str], 
 
 SUMMARY = {job("tables"), job("paper_table", table="bioclip-fewshot")}
 FEWSHOT_JOB = job("fewshot", model=MODEL, benchmark=BENCHMARK)
+FEWSHOT_FOLDS_JOB = job("folds", benchmark=BENCHMARK, classifier="fewshot")
 
 
 def test_a_zeroshot_run_makes_the_fewshot_table_with_no_embedding_job_of_its_own(
@@ -106,7 +107,7 @@ def test_a_zeroshot_run_makes_the_fewshot_table_with_no_embedding_job_of_its_own
         job("evaluate_zeroshot", model=MODEL, **on_benchmark),
     }
     # Everything a zero-shot evaluation runs anyway, plus the one few-shot job.
-    assert ran == zeroshot_jobs | {FEWSHOT_JOB} | SUMMARY
+    assert ran == zeroshot_jobs | {FEWSHOT_FOLDS_JOB, FEWSHOT_JOB} | SUMMARY
     table = (workdir / TARGETS[1]).read_text(encoding="utf-8")
     assert "| Rare Species zero-shot | Rare Species one-shot | Rare Species five-shot |" in table
     assert "| BioCLIP (published) | – / 38.09 / – | – / 44.9 / – | – / 65.7 / – |" in table
@@ -138,6 +139,21 @@ def test_fewshot_rows_are_the_reference_procedure_on_the_cached_embeddings(finis
         assert row["n_short_classes"] == 0  # every class has at least k + 5 images
 
 
+def test_the_fewshot_folds_are_written_down_as_bioclip_draws_them(finished) -> None:
+    """Every fold's support images (class-major, in the order the reference stacks them) in
+    results/folds/, so anyone can rerun a fold of the few-shot numbers."""
+    workdir, _, files = finished
+    groups = pq.read_table(workdir / f"results/data/{BENCHMARK}/images.parquet")["group"]
+    folds = pl.read_parquet(workdir / f"results/folds/{BENCHMARK}/fewshot.parquet")
+    _, members = class_members(groups.to_pylist())
+    expected = list(fold_splits(members, [1, 5], 5))
+    assert folds.select("k", "fold").unique().height == len(expected) == 10
+    for k, fold, support, _, _ in expected:
+        written = folds.filter((pl.col("k") == k) & (pl.col("fold") == fold)).sort("order")
+        assert set(written["role"]) == {"support"}
+        assert written["image_id"].to_list() == [files[row] for row in support]
+
+
 def test_adding_k10_reruns_only_the_fewshot_metrics_and_tables(finished, tmp_path: Path) -> None:
     workdir = copy_of_run(finished[0], tmp_path)
     path = workdir / "config.yaml"
@@ -145,9 +161,10 @@ def test_adding_k10_reruns_only_the_fewshot_metrics_and_tables(finished, tmp_pat
     config["benchmarks"][BENCHMARK]["fewshot"] = {"shots": [1, 5, 10]}
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     before = pl.read_csv(workdir / FEWSHOT_CSV)
-    assert scheduled_jobs(workdir, *TARGETS) == {FEWSHOT_JOB} | SUMMARY
+    rerun = {FEWSHOT_FOLDS_JOB, FEWSHOT_JOB} | SUMMARY
+    assert scheduled_jobs(workdir, *TARGETS) == rerun
     result = run_workflow(workdir, path, *TARGETS, "--cores", "2")
-    assert jobs_in_log(result.stdout + "\n" + result.stderr) == {FEWSHOT_JOB} | SUMMARY
+    assert jobs_in_log(result.stdout + "\n" + result.stderr) == rerun
     after = pl.read_csv(workdir / FEWSHOT_CSV)
     # Appended at the end of the k list: k = 1 and 5 keep their folds.
     assert (
@@ -193,8 +210,8 @@ def probed(finished, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, se
 def test_switching_probes_on_runs_only_their_jobs_and_the_tables(probed) -> None:
     _, ran = probed
     assert ran == {
-        probe_job("probe_folds", "linear", with_model=False),
-        probe_job("probe_folds", "logistic", with_model=False),
+        probe_job("folds", "linear", with_model=False),
+        probe_job("folds", "logistic", with_model=False),
         probe_job("probe", "linear"),
         probe_job("probe", "logistic"),
         job("tables"),
@@ -279,7 +296,7 @@ def test_a_training_key_reruns_only_its_classifier_and_a_sampler_key_its_folds(
     assert scheduled_jobs(workdir, TARGETS[0]) == {probe_job("probe", "logistic"), job("tables")}
     with_probes(workdir, {**PROBES, "linear": {**PROBES["linear"], "folds": 3}})
     assert scheduled_jobs(workdir, TARGETS[0]) == {
-        probe_job("probe_folds", "linear", with_model=False),
+        probe_job("folds", "linear", with_model=False),
         probe_job("probe", "linear"),
         job("tables"),
     }

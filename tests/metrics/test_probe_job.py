@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,11 @@ import scipy.stats
 
 from vlbench.config import benchmark_entry_defaults
 from vlbench.errors import VlbenchError
+from vlbench.metrics.fewshot_job import score_fewshot, write_fewshot
 from vlbench.metrics.linear_probe import LinearSettings, linear_probe
 from vlbench.metrics.logistic_probe import logistic_probe
 from vlbench.metrics.probe_folds import class_indices, draw_folds, folds_from_table
-from vlbench.metrics.probe_job import write_probe, write_probe_folds
+from vlbench.metrics.probe_job import write_folds, write_probe
 
 LABELS = {"benchmark": "bench", "subset": "test", "model": "m"}
 CLASS_SIZES = {"wren": 9, "owl": 6, "crow": 8, "jay": 7, "tit": 6, "finch": 9, "lark": 8}
@@ -35,14 +37,17 @@ def labelled(tmp_path: Path, seed: int = 0):
 
 
 def settings(classifier: str, **changes) -> dict:
-    return {**benchmark_entry_defaults("probe", classifier), **changes}
+    entry = ("fewshot",) if classifier == "fewshot" else ("probe", classifier)
+    return {**benchmark_entry_defaults(*entry), **changes}
 
 
-@pytest.mark.parametrize("classifier", ["linear", "logistic"])
+@pytest.mark.parametrize("classifier", ["fewshot", "linear", "logistic"])
 def test_the_folds_file_reads_back_as_the_drawn_folds(tmp_path: Path, classifier: str) -> None:
     images, ids, groups, _, _ = labelled(tmp_path)
-    entry = settings(classifier, shots=[2, 5], folds=3, validation_proportion=0.2)
-    write_probe_folds(images, classifier, entry, tmp_path / "folds.parquet")
+    entry = settings(classifier, shots=[2, 5], folds=3)
+    if classifier == "linear":
+        entry["validation_proportion"] = 0.2
+    write_folds(images, classifier, entry, tmp_path / "folds.parquet")
     table = pl.read_parquet(tmp_path / "folds.parquet")
     assert set(table["classifier"]) == {classifier}
     for read, drawn in zip(
@@ -62,7 +67,7 @@ def test_probe_rows_are_the_fold_results_with_intervals_and_chance(tmp_path: Pat
         ("logistic", settings("logistic", shots=[3], folds=4)),
     ):
         folds_path = tmp_path / f"{classifier}.parquet"
-        write_probe_folds(images, classifier, entry, folds_path)
+        write_folds(images, classifier, entry, folds_path)
         out = tmp_path / f"{classifier}.csv"
         write_probe(classifier, embeddings, images, folds_path, entry, LABELS, 0.95, out)
         rows = pl.read_csv(out)
@@ -112,7 +117,7 @@ def uniform_guess_f1(groups: list[str]) -> float:
 def test_a_k_beyond_a_class_is_not_computable_and_the_others_still_run(tmp_path: Path) -> None:
     images, _, _, embeddings, _ = labelled(tmp_path)
     entry = settings("linear", shots=[2, 7], folds=2, epochs=2)
-    write_probe_folds(images, "linear", entry, tmp_path / "folds.parquet")
+    write_folds(images, "linear", entry, tmp_path / "folds.parquet")
     folds, out = tmp_path / "folds.parquet", tmp_path / "out.csv"
     write_probe("linear", embeddings, images, folds, entry, LABELS, 0.95, out)
     rows = pl.read_csv(tmp_path / "out.csv")
@@ -125,16 +130,14 @@ def test_a_k_beyond_a_class_is_not_computable_and_the_others_still_run(tmp_path:
 def test_an_image_without_a_class_and_a_stale_folds_file_fail_naming_them(tmp_path: Path) -> None:
     images, ids, groups, embeddings, _ = labelled(tmp_path)
     entry = settings("logistic", shots=[2], folds=1)
-    write_probe_folds(images, "logistic", entry, tmp_path / "folds.parquet")
+    write_folds(images, "logistic", entry, tmp_path / "folds.parquet")
     trained = pl.read_parquet(tmp_path / "folds.parquet")["image_id"][0]
     left = [(item, group) for item, group in zip(ids, groups, strict=True) if item != trained]
     pl.DataFrame(left, schema=["image_id", "group"], orient="row").write_parquet(
         tmp_path / "fewer.parquet"
     )
     kept = embeddings[1] != trained
-    with pytest.raises(
-        VlbenchError, match=f"image '{trained}' of k=2 fold 0 .*rerun the probe_folds"
-    ):
+    with pytest.raises(VlbenchError, match=f"image '{trained}' of k=2 fold 0 .*rerun the folds"):
         write_probe(
             "logistic", (embeddings[0][kept], embeddings[1][kept]), tmp_path / "fewer.parquet",
             tmp_path / "folds.parquet", entry, LABELS, 0.95, tmp_path / "out.csv",
@@ -142,5 +145,23 @@ def test_an_image_without_a_class_and_a_stale_folds_file_fail_naming_them(tmp_pa
     unlabelled = tmp_path / "unlabelled.parquet"
     pl.DataFrame({"image_id": ids, "group": [None, *groups[1:]]}).write_parquet(unlabelled)
     with pytest.raises(VlbenchError, match=f"image '{ids[0]}' has no class"):
-        write_probe_folds(unlabelled, "logistic", entry, tmp_path / "other.parquet")
+        write_folds(unlabelled, "logistic", entry, tmp_path / "other.parquet")
     assert not (tmp_path / "other.parquet").exists()
+
+
+def test_the_fewshot_job_over_its_folds_file_equals_the_evaluation_drawing_its_own(
+    tmp_path: Path,
+) -> None:
+    """The few-shot job reads its supports from the benchmark's folds file (k = 7 is beyond two
+    classes: not computable, in the file too); a file of other folds is refused."""
+    images, _, groups, embeddings, matrix = labelled(tmp_path)
+    entry = settings("fewshot", shots=[1, 7, 3], folds=4)
+    write_folds(images, "fewshot", entry, tmp_path / "folds.parquet")
+    out = tmp_path / "fewshot.csv"
+    write_fewshot(embeddings, images, tmp_path / "folds.parquet", entry, LABELS, 0.95, out)
+    expected = score_fewshot(matrix, groups, entry, LABELS, 0.95)
+    assert pl.read_csv(out).equals(pl.read_csv(io.StringIO(expected.write_csv())))
+    assert "'owl' (6)" in pl.read_csv(out).filter(pl.col("k") == 7)["not_computable"][0]
+    other = {**entry, "folds": 5}
+    with pytest.raises(VlbenchError, match=r"not those of the few-shot entry .*rerun the folds"):
+        write_fewshot(embeddings, images, tmp_path / "folds.parquet", other, LABELS, 0.95, out)

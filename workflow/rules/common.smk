@@ -38,7 +38,8 @@ from vlbench.paths import (
     PREPARE_TIMINGS,
     PREPARED_FILES,
     PROBE_CLASSIFIERS,
-    PROBE_FOLDS,
+    FOLDS,
+    FOLD_CLASSIFIERS,
     PROBE_METRICS,
     PROBE_TIMINGS,
     RANDOM_CHECKPOINT,
@@ -54,7 +55,7 @@ from vlbench.paths import (
     provenance_file,
     synthetic_source,
 )
-from vlbench.metrics.probe_folds import SAMPLER_KEYS
+from vlbench.metrics.probe_folds import SAMPLER_KEYS, classifier_settings
 from vlbench.protocols import (
     DIRECTIONS,
     evaluation_of,
@@ -138,14 +139,14 @@ OUTCOME_FILES = PLAN.outcome_files
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
-localrules: all, embedding_identity, gather_embeddings, fewshot, probe_folds, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance, export_results, leaderboard
+localrules: all, embedding_identity, gather_embeddings, fewshot, folds, paired_tests, tables, benchmark_table, paper_table, paper_summary, plot_benchmark, provenance, export_results, leaderboard
 
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
     benchmark="|".join(map(re.escape, BENCHMARKS)),
     table="|".join(map(re.escape, PAPER_TABLES)) or "no-paper-table",
-    classifier="|".join(PROBE_CLASSIFIERS),
+    classifier="|".join(FOLD_CLASSIFIERS),
 
 
 # --- Stage 1: benchmark sources ---------------------------------------------------------------
@@ -385,10 +386,13 @@ EMBED_TIMINGS = f"{TIMINGS_DIR}/embed/{EMBED_JOB_NAME}.tsv"
 EMBED_LOG = f"logs/embed/{EMBED_JOB_NAME}.log"
 
 
-def probe_sampler_settings(wildcards):
-    """The keys of a benchmark's probe entry that decide its folds (the folds job's params)."""
-    entry = config["benchmarks"][wildcards.benchmark]["probe"][wildcards.classifier]
-    return pick(entry, *SAMPLER_KEYS[wildcards.classifier])
+def sampler_settings(wildcards):
+    """The keys of a benchmark's few-shot or probe entry that decide its folds (the folds job's
+    params)."""
+    return pick(
+        classifier_settings(config["benchmarks"][wildcards.benchmark], wildcards.classifier),
+        *SAMPLER_KEYS[wildcards.classifier],
+    )
 
 
 def benchmark_timings(wildcards):

@@ -36,13 +36,15 @@ for _evaluation in EVALUATIONS:
 
 
 # Few-shot classification (BioCLIP's protocol) of a zero-shot benchmark, from the image
-# embeddings its zero-shot ranking already reads: no embedding job of its own.
+# embeddings its zero-shot ranking already reads (no embedding job of its own), over the
+# benchmark's few-shot folds.
 rule fewshot:
     input:
         embeddings=EMBEDDING_FILES["image"],
         ids=EMBEDDING_FILES["image_ids"],
         images=PREPARED_FILES["images"],
         meta=BENCHMARK_META,
+        folds=FOLDS.replace("{classifier}", "fewshot"),
     output:
         metrics=FEWSHOT_METRICS,
     params:
@@ -58,23 +60,23 @@ rule fewshot:
         "../../scripts/fewshot.py"
 
 
-# Probe classifiers of a zero-shot benchmark (docs/probes.md): which images train each fold,
-# drawn once per benchmark and classifier with the reference's sampler (the benchmark's
-# `probe.<classifier>` entry), then per model the classifier trained and scored on the cached
-# image embeddings over those folds.
-rule probe_folds:
+# Which images train each fold of a classifier of a zero-shot benchmark (the few-shot
+# evaluation, or a probe: docs/probes.md), drawn once per benchmark and classifier with its
+# reference's sampler (the benchmark's `fewshot` or `probe.<classifier>` entry), shared by every
+# model and written down so that anyone can rerun a fold.
+rule folds:
     input:
         images=PREPARED_FILES["images"],
     output:
-        folds=PROBE_FOLDS,
+        folds=FOLDS,
     params:
-        sampler=probe_sampler_settings,
+        sampler=sampler_settings,
     conda:
         "../../envs/vlbench.yaml"
     log:
-        "logs/probe_folds/{benchmark}/{classifier}.log",
+        "logs/folds/{benchmark}/{classifier}.log",
     script:
-        "../../scripts/probe_folds.py"
+        "../../scripts/folds.py"
 
 
 rule probe:
@@ -83,7 +85,7 @@ rule probe:
         ids=EMBEDDING_FILES["image_ids"],
         images=PREPARED_FILES["images"],
         meta=BENCHMARK_META,
-        folds=PROBE_FOLDS,
+        folds=FOLDS,
     output:
         metrics=PROBE_METRICS,
     params:

@@ -220,15 +220,49 @@ def nearest_centroid(
     return predicted, tied
 
 
-def fewshot_folds(
+@dataclass(frozen=True)
+class FewShotSplit:
+    """One fold of one k: its support rows, class-major (k per class, in class order, as the
+    reference stacks them); every other row is queried."""
+
+    shots: int
+    fold: int
+    support: np.ndarray
+
+
+def _check_request(shots: Sequence[int], folds: int) -> None:
+    if folds < 1:
+        raise VlbenchError(f"few-shot needs at least one fold, got {folds}")
+    if len(set(shots)) != len(shots):
+        raise VlbenchError(f"few-shot: k listed twice in {list(shots)}")
+
+
+def draw_splits(
+    labels: Sequence[object], shots: Sequence[int], folds: int, shuffle: str = "in_place"
+) -> tuple[list[FewShotSplit], dict[int, str]]:
+    """Every fold of every computable k, in the reference's order, and why each other k cannot
+    be computed (k -> reason; no shuffles are drawn for it)."""
+    _check_request(shots, folds)
+    classes, members = class_members(labels)
+    check_classes(classes, members)
+    reasons = {k: not_computable_reason(classes, members, k) for k in shots}
+    computable = [k for k in shots if not reasons[k]]
+    splits = [
+        FewShotSplit(k, fold, support)
+        for k, fold, support, _, _ in fold_splits(members, computable, folds, shuffle)
+    ]
+    return splits, {k: reason for k, reason in reasons.items() if reason}
+
+
+def score_splits(
     features: np.ndarray,
     labels: Sequence[object],
     shots: Sequence[int],
-    folds: int,
-    shuffle: str = "in_place",
+    splits: Sequence[FewShotSplit],
+    reasons: dict[int, str],
 ) -> list[FewShotResult]:
-    """Accuracy of every fold of every k, in the k list's order; a k the reference cannot run
-    has no folds and says why (`not_computable`).
+    """The accuracy of every fold of every k, in the k list's order; a k in `reasons` has no
+    folds and says why (`not_computable`).
 
     `features`: float32 rows in the dataset's sample order (L2-normalised, as the reference's
     features are); `labels`: the class of every row.
@@ -237,23 +271,25 @@ def fewshot_folds(
         raise VlbenchError(
             f"few-shot: {features.shape} feature matrix for {len(labels)} labelled images"
         )
-    if folds < 1:
-        raise VlbenchError(f"few-shot needs at least one fold, got {folds}")
-    if len(set(shots)) != len(shots):
-        raise VlbenchError(f"few-shot: k listed twice in {list(shots)}")
     classes, members = class_members(labels)
     check_classes(classes, members)
-    reasons = {k: not_computable_reason(classes, members, k) for k in shots}
-    computable = [k for k in shots if not reasons[k]]
+    truth_of = np.empty(len(labels), dtype=np.int64)
+    for number, rows in enumerate(members):
+        truth_of[rows] = number
     features = np.ascontiguousarray(features, dtype=np.float32)
     accuracies: dict[int, list[float]] = {k: [] for k in shots}
     ties = dict.fromkeys(shots, 0)
     n_queries = dict.fromkeys(shots, 0)
-    for k, _, support, queries, truth in fold_splits(members, computable, folds, shuffle):
-        predicted, tied = nearest_centroid(features, support, len(classes), k, queries)
-        accuracies[k].append(float(np.mean(predicted == truth)))
-        ties[k] += int(tied.sum())
-        n_queries[k] = len(queries)
+    for split in splits:
+        queried = np.ones(len(labels), dtype=bool)
+        queried[split.support] = False
+        queries = np.flatnonzero(queried)
+        predicted, tied = nearest_centroid(
+            features, split.support, len(classes), split.shots, queries
+        )
+        accuracies[split.shots].append(float(np.mean(predicted == truth_of[queries])))
+        ties[split.shots] += int(tied.sum())
+        n_queries[split.shots] = len(queries)
     return [
         FewShotResult(
             shots=k,
@@ -266,7 +302,24 @@ def fewshot_folds(
                 for name, rows in zip(classes, members, strict=True)
                 if k <= len(rows) < k + SHORT_MARGIN
             ),
-            not_computable=reasons[k],
+            not_computable=reasons.get(k, ""),
         )
         for k in shots
     ]
+
+
+def fewshot_folds(
+    features: np.ndarray,
+    labels: Sequence[object],
+    shots: Sequence[int],
+    folds: int,
+    shuffle: str = "in_place",
+) -> list[FewShotResult]:
+    """Accuracy of every fold of every k, in the k list's order; a k the reference cannot run
+    has no folds and says why (`not_computable`): `draw_splits`, then `score_splits`."""
+    if features.ndim != 2 or len(features) != len(labels):
+        raise VlbenchError(
+            f"few-shot: {features.shape} feature matrix for {len(labels)} labelled images"
+        )
+    splits, reasons = draw_splits(labels, shots, folds, shuffle)
+    return score_splits(features, labels, shots, splits, reasons)

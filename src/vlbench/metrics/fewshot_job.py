@@ -26,9 +26,16 @@ import polars as pl
 
 from vlbench.data.canonical import read_parquet
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot import SHORT_MARGIN, FewShotResult, fewshot_folds
+from vlbench.metrics.fewshot import (
+    SHORT_MARGIN,
+    FewShotResult,
+    FewShotSplit,
+    fewshot_folds,
+    score_splits,
+)
 from vlbench.metrics.fold_rows import FOLD_COLUMNS, fold_frame, fold_row
 from vlbench.metrics.job import write_csv
+from vlbench.metrics.probe_folds import ProbeFold, folds_from_table
 from vlbench.rank.protocol_ranks import normalise_rows
 
 FEWSHOT_METRIC = "fewshot_accuracy"
@@ -131,17 +138,52 @@ def score_fewshot(
     return fewshot_rows(results, labels, confidence)
 
 
+def splits_of(
+    folds: Sequence[ProbeFold], settings: Mapping[str, Any], source: str
+) -> tuple[list[FewShotSplit], dict[int, str]]:
+    """The few-shot splits of a folds file and the reasons of its not-computable ks, checked to
+    be the folds of the benchmark's `fewshot` entry."""
+    shots, count = list(settings["shots"]), int(settings["folds"])
+    reasons = {item.shots: item.not_computable for item in folds if item.not_computable}
+    splits = [
+        FewShotSplit(item.shots, item.fold, item.support)
+        for item in folds
+        if not item.not_computable
+    ]
+    expected = {(k, fold) for k in shots if k not in reasons for fold in range(count)}
+    if {(split.shots, split.fold) for split in splits} != expected or not set(reasons) <= set(
+        shots
+    ):
+        raise VlbenchError(
+            f"{source}: its folds are not those of the few-shot entry (shots {shots}, {count} "
+            "folds; rerun the folds job)"
+        )
+    return splits, reasons
+
+
 def write_fewshot(
     embeddings: tuple[np.ndarray, np.ndarray],
     images_path: str | Path,
+    folds_path: str | Path,
     settings: Mapping[str, Any],
     labels: Mapping[str, str],
     confidence: float,
     out_path: str | Path,
     log: logging.Logger | None = None,
 ) -> int:
-    """Write a benchmark's few-shot metric CSV from its (matrix, ids); return the row count."""
+    """Write a benchmark's few-shot metric CSV from its (matrix, ids) over the benchmark's
+    few-shot folds file; return the row count."""
     vectors, classes = classes_in_file_order(images_path, *embeddings)
-    rows = score_fewshot(vectors, classes, settings, labels, confidence, log)
+    ids = read_parquet(images_path, columns=["image_id"]).column("image_id").to_pylist()
+    folds = folds_from_table(pl.read_parquet(folds_path), ids, str(folds_path))
+    splits, reasons = splits_of(folds, settings, str(folds_path))
+    shots = list(settings["shots"])
+    try:
+        results = score_splits(normalise_rows(vectors), classes, shots, splits, reasons)
+    except VlbenchError as error:
+        raise VlbenchError(f"{labels['benchmark']}: {error}") from None
+    if log is not None:
+        log_short_classes(results, log)
+    rows = fewshot_rows(results, labels, confidence)
     write_csv(rows, out_path)
     return rows.height

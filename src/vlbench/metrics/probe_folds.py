@@ -1,7 +1,10 @@
-"""Which images train and which test a probe classifier, fold by fold, as the references draw them.
+"""Which images train and which test a classifier, fold by fold, as the references draw them.
 
 Our zero-shot benchmarks have one split, so every fold trains on the images its reference's
 k-shot sampler picks and tests on all the others (the rest of the benchmark). The samplers:
+
+- `fewshot` (BioCLIP's `few_shot.py`): `vlbench.metrics.fewshot.draw_splits`, the support of
+  every fold class-major (the few-shot job reads its folds from the file this module writes);
 
 - `linear` (clip_benchmark's `metrics/linear_probe.py`, `--fewshot_k`, `--seed`,
   `--val_proportion`): fold n is clip_benchmark run with `--seed n`. With a validation
@@ -25,19 +28,21 @@ Class indices are the classes in order of their first image in the benchmark's s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot import class_members
-from vlbench.paths import PROBE_CLASSIFIERS
+from vlbench.metrics.fewshot import class_members, draw_splits
+from vlbench.paths import FOLD_CLASSIFIERS
 
-CLASSIFIERS = PROBE_CLASSIFIERS
+CLASSIFIERS = FOLD_CLASSIFIERS
 # The config keys of each classifier that decide its folds (the rest only its training).
 SAMPLER_KEYS = {
+    "fewshot": ("shots", "folds", "shuffle"),
     "linear": ("shots", "folds", "validation_proportion"),
     "logistic": ("shots", "folds", "seed"),
 }
@@ -137,8 +142,26 @@ def mteb_folds(
             yield ProbeFold(k, fold, np.asarray(picked, dtype=np.int64), np.empty(0, np.int64))
 
 
+def classifier_settings(benchmark: Mapping[str, Any], classifier: str) -> Mapping[str, Any]:
+    """A classifier's entry of a benchmark's config: `fewshot`, or `probe.<classifier>`."""
+    return benchmark["fewshot"] if classifier == "fewshot" else benchmark["probe"][classifier]
+
+
+def fewshot_folds_of(labels: Sequence[object], settings: Mapping[str, Any]) -> list[ProbeFold]:
+    """BioCLIP's few-shot folds (`vlbench.metrics.fewshot.draw_splits`): the support of every
+    fold of every computable k, class-major; a k it cannot run as one fold with its reason."""
+    shots = list(settings["shots"])
+    splits, reasons = draw_splits(labels, shots, int(settings["folds"]), settings["shuffle"])
+    empty = np.empty(0, dtype=np.int64)
+    folds = [ProbeFold(split.shots, split.fold, split.support, empty) for split in splits]
+    folds += [ProbeFold(k, 0, empty, empty, reason) for k, reason in reasons.items()]
+    return sorted(folds, key=lambda item: (shots.index(item.shots), item.fold))
+
+
 def draw_folds(classifier: str, labels: Sequence[object], settings: dict) -> list[ProbeFold]:
     """Every fold of a classifier's config entry (`shots`, `folds` and its sampler's keys)."""
+    if classifier == "fewshot":
+        return fewshot_folds_of(labels, settings)
     if len(set(labels)) < 2:
         raise VlbenchError(
             f"{classifier} probe needs at least two classes, found {len(set(labels))}"
@@ -199,7 +222,7 @@ def folds_from_table(table: pl.DataFrame, image_ids: Sequence[str], source: str)
             if missing:
                 raise VlbenchError(
                     f"{source}: image {missing[0]!r} of k={k} fold {fold} is not in the "
-                    "benchmark's images (rerun the probe_folds job)"
+                    "benchmark's images (rerun the folds job)"
                 )
             parts[role] = np.fromiter((position[item] for item in ids), dtype=np.int64)
         folds.append(ProbeFold(int(k), int(fold), parts["support"], parts["validation"]))

@@ -66,7 +66,7 @@ def labelled_images(images_path: str | Path) -> tuple[list[str], list[str]]:
     return ids, [str(group) for group in groups]
 
 
-def write_probe_folds(
+def write_folds(
     images_path: str | Path,
     classifier: str,
     settings: Mapping[str, Any],

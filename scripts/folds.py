@@ -1,10 +1,11 @@
-"""Rule probe_folds: which images train each fold of a probe classifier on one benchmark."""
+"""Rule folds: which images train each fold of a classifier (few-shot or probe) on one
+benchmark."""
 
-from vlbench.metrics.probe_job import write_probe_folds
+from vlbench.metrics.probe_job import write_folds
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
-    rows = write_probe_folds(
+    rows = write_folds(
         snakemake.input.images,
         snakemake.wildcards.classifier,
         dict(snakemake.params.sampler),
