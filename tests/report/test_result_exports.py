@@ -114,6 +114,15 @@ def test_clip_benchmark_build_reads_our_files(tmp_path: Path, monkeypatch) -> No
                 ("zeroshot_top5_accuracy", 5, 75.0),
                 ("balanced_accuracy", 1, 38.5),
             )
+        ]
+        + [
+            {**_row("birds", "test", "local", "image_to_image", metric, k, value), "n_folds": 5}
+            for k, metric, value in (
+                (16, "lp_acc1", 61.0),
+                (16, "lp_acc5", 90.0),
+                (16, "lp_mean_per_class_recall", 58.0),
+                (4, "lp_acc1", 44.0),
+            )
         ],
         schema_overrides={"k": pl.Int64},
     )
@@ -125,8 +134,11 @@ def test_clip_benchmark_build_reads_our_files(tmp_path: Path, monkeypatch) -> No
     out = tmp_path / "benchmark.csv"
     monkeypatch.chdir(tmp_path)
     main_build(SimpleNamespace(files=[str(tmp_path)], output=str(out)))
-    rows = {row["dataset"]: row for row in csv.DictReader(out.open())}
-    flickr, birds = rows["wds/flickr30k"], rows["birds"]
+    rows = {
+        (row["dataset"], row["task"], row["fewshot_k"]): row for row in csv.DictReader(out.open())
+    }
+    flickr = rows["wds/flickr30k", "zeroshot_retrieval", ""]
+    birds = rows["birds", "zeroshot_classification", ""]
     assert flickr["task"] == "zeroshot_retrieval"
     assert float(flickr["image_retrieval_recall@1"]) == pytest.approx(0.50)  # text -> image
     assert float(flickr["text_retrieval_recall@5"]) == pytest.approx(0.90)  # image -> text
@@ -135,3 +147,8 @@ def test_clip_benchmark_build_reads_our_files(tmp_path: Path, monkeypatch) -> No
     assert (float(birds["acc1"]), float(birds["acc5"])) == pytest.approx((0.40, 0.75))
     assert float(birds["mean_per_class_recall"]) == pytest.approx(0.385)
     assert birds["model_fullname"] == "ViT-B-32 local.pt"
+    probe = rows["birds", "linear_probe", "16"]  # one file per k, clip_benchmark's metric names
+    assert (float(probe["lp_acc1"]), float(probe["lp_acc5"])) == pytest.approx((0.61, 0.90))
+    assert float(probe["lp_mean_per_class_recall"]) == pytest.approx(0.58)
+    assert (probe["normalized"], probe["vlbench_folds"]) == ("True", "5")
+    assert rows["birds", "linear_probe", "4"]["lp_acc5"] == ""  # not computed for that k

@@ -11,7 +11,12 @@ metric names:
   L66-83; ours are the `recall` rows of the two directions;
 - zeroshot_classification: `acc1`, `acc5` and `mean_per_class_recall` (its
   balanced_accuracy_score), clip_benchmark/metrics/zeroshot_classification.py L229-235; ours
-  are zeroshot_top1_accuracy, zeroshot_top5_accuracy and balanced_accuracy.
+  are zeroshot_top1_accuracy, zeroshot_top5_accuracy and balanced_accuracy;
+- linear_probe (zero-shot benchmarks with the `linear` probe, one file per k): `lp_acc1`,
+  `lp_acc5`, `lp_mean_per_class_recall` and `fewshot_k`, `normalized` as
+  clip_benchmark/metrics/linear_probe.py returns them (L311-312); ours are the means over the
+  folds (fold n is its `--seed n`), with the number of folds as `vlbench_folds`, so such a row
+  is a mean over seeds where a clip_benchmark row is one seed.
 
 `dataset` is clip_benchmark's name where our benchmark reads clip_benchmark's own webdataset
 repository (`clip-benchmark/wds_<name>` holds `wds/<name>`: its README L297-303), else our
@@ -72,6 +77,20 @@ def _metrics(rows: pl.DataFrame, task: str) -> dict[str, float]:
     return dict(sorted(metrics.items()))
 
 
+LINEAR_PROBE_METRICS = ("lp_acc1", "lp_acc5", "lp_mean_per_class_recall")
+
+
+def _linear_probe_records(rows: pl.DataFrame) -> dict[int, dict[str, Any]]:
+    """k -> the linear probe's metrics of one (model, benchmark), as fractions."""
+    records: dict[int, dict[str, Any]] = {}
+    for row in rows.filter(pl.col("metric").is_in(LINEAR_PROBE_METRICS)).iter_rows(named=True):
+        record = records.setdefault(int(row["k"]), {"fewshot_k": int(row["k"]), "normalized": True})
+        record[row["metric"]] = row["value"] / 100.0
+        if row.get("n_folds") is not None:
+            record["vlbench_folds"] = int(row["n_folds"])
+    return {k: dict(sorted(record.items())) for k, record in sorted(records.items())}
+
+
 def clip_benchmark_files(
     metrics: pl.DataFrame,
     benchmarks: Mapping[str, Mapping[str, Any]],
@@ -102,15 +121,21 @@ def clip_benchmark_files(
             if not found:
                 continue
             name, pretrained = clip_benchmark_model(models.get(model, {}))
-            files[f"{benchmark}__{model}.json"] = {
+            common = {
                 "dataset": dataset,
                 "model": name,
                 "pretrained": pretrained,
-                "task": task,
-                "metrics": found,
                 "language": "en",
                 "vlbench_model": model,
                 "vlbench_benchmark": benchmark,
                 "written_by": f"vlbench {__version__}",
             }
+            files[f"{benchmark}__{model}.json"] = {**common, "task": task, "metrics": found}
+            probes = _linear_probe_records(rows.filter(pl.col("model") == model))
+            for k, probe in probes.items():
+                files[f"{benchmark}__{model}__linear_probe_k{k}.json"] = {
+                    **common,
+                    "task": "linear_probe",
+                    "metrics": probe,
+                }
     return files
