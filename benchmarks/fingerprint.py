@@ -3,7 +3,7 @@
 Writes N small JPEG-named files (default 100,000) into a temporary folder laid out as a local
 imagefolder benchmark (metadata.csv + images/<class>/<n>.jpg), then measures:
 
-(a) `vlbench.workflow.fingerprints.fingerprint` on the folder, warm page cache (best of 3), and
+(a) `vlbench.planning.fingerprints.fingerprint` on the folder, warm page cache (best of 3), and
     once after dropping the page cache when running as root (`/proc/sys/vm/drop_caches`);
 (b) after the benchmark's prepare job has run, a whole `snakemake --dry-run` (which then compares
     the prepare job's params, fingerprint included) against the same dry run on a folder of 10
@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 from PIL import Image
 
-from vlbench.workflow.fingerprints import fingerprint
+from vlbench.planning.fingerprints import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE_JOB = "\nrule prepare_benchmark:"  # how a dry run lists a scheduled prepare job

@@ -12,7 +12,7 @@ from vlbench.protocols import PROTOCOLS
 
 PACKAGE = REPO / "src" / "vlbench"
 # Stage subpackages in DAG order; the parse-time helpers come last (they may ask every stage).
-STAGES = ("data", "embedding", "rank", "metrics", "report", "workflow")
+STAGES = ("data", "embedding", "rank", "metrics", "report", "planning")
 
 
 def modules() -> list[Path]:

@@ -20,7 +20,7 @@ from vlbench.config import (
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
-from vlbench.workflow.run_config import load_run_config
+from vlbench.planning.run_config import load_run_config
 from vlbench.yaml_files import read_yaml_mapping
 
 

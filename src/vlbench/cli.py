@@ -1,11 +1,11 @@
 """The `vlbench` command line: `vlbench score` evaluates precomputed embeddings.
 
 The file formats are documented in docs/score.md. `vlbench lock CONFIG` pins every hub
-download of a config in its lock file (vlbench.workflow.lock_command); `vlbench preflight CONFIG`
-prints the state of every model and benchmark (vlbench.workflow.preflight_command);
+download of a config in its lock file (vlbench.planning.lock_command); `vlbench preflight CONFIG`
+prints the state of every model and benchmark (vlbench.planning.preflight_command);
 `vlbench import <dataset> SRC DEST` turns a dataset as its publisher distributes it into the
 folder a config reads (vlbench.data.importers); `vlbench clean MODEL [BENCHMARK]` removes a
-model's stored embeddings and what was made from them (vlbench.workflow.clean_command).
+model's stored embeddings and what was made from them (vlbench.planning.clean_command).
 """
 
 from __future__ import annotations
@@ -325,17 +325,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `vlbench` command."""
     args = build_parser().parse_args(argv)
     if args.command == "lock":
-        from vlbench.workflow.lock_command import run_lock
+        from vlbench.planning.lock_command import run_lock
 
         return run_lock(args.config, update=args.update, check=args.check)
     if args.command == "preflight":
-        from vlbench.workflow.preflight_command import run_preflight
+        from vlbench.planning.preflight_command import run_preflight
 
         return run_preflight(args.config, args.data_root, args.overrides)
     if args.command == "import":
         return run_import(args)
     if args.command == "clean":
-        from vlbench.workflow.clean_command import run_clean
+        from vlbench.planning.clean_command import run_clean
 
         return run_clean(args.model, args.benchmark, args.results)
     try:

@@ -33,7 +33,7 @@ EMBED_JOB_WILDCARDS: dict[str, tuple[str, ...]] = {
     "per_model": ("model",),
     "single": (),
 }
-# `auto` (the default) resolves to one of them where the run executes (vlbench.workflow.embed_cut).
+# `auto` (the default) resolves to one of them where the run executes (vlbench.planning.embed_cut).
 EMBED_JOB_SHAPES: tuple[str, ...] = ("auto", *EMBED_JOB_WILDCARDS)
 
 

@@ -40,7 +40,7 @@ EMBEDDING_FILES = {
     for name, suffix in (("", ".npy"), ("_ids", ".ids.parquet"), ("_provenance", ".json"))
 }
 PIXEL_CACHE_DIR = "results/pixels"
-# Written by a failed run beside the tables it did not update (vlbench.workflow.failures); the
+# Written by a failed run beside the tables it did not update (vlbench.planning.failures); the
 # next complete run removes it.
 FAILED_RUN_NOTE = "results/tables/LAST_RUN_FAILED.md"
 GPU_LOCK_DIR = "results/.gpu-locks"

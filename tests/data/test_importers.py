@@ -32,8 +32,8 @@ from vlbench.data.importers.meta_album import import_meta_album
 from vlbench.data.importers.nabirds import import_nabirds
 from vlbench.data.sources import classification, csv_pairs
 from vlbench.errors import VlbenchError
-from vlbench.workflow import preflight as pf
-from vlbench.workflow.data_root import expand_data_root
+from vlbench.planning import preflight as pf
+from vlbench.planning.data_root import expand_data_root
 
 SHIPPED = yaml.safe_load((REPO / "config" / "biocap.yaml").read_text(encoding="utf-8"))
 

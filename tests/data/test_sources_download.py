@@ -162,8 +162,8 @@ def test_an_unknown_repository(loopback_hub, tmp_path) -> None:
 
 def test_an_unpinned_source_resolves_its_branch_and_is_locked(biovita_hub, tmp_path) -> None:
     """Planning pins it through the real client (HfApi.dataset_info), then the job downloads."""
-    from vlbench.workflow.lockfile import read_lock
-    from vlbench.workflow.pinning import plan_pins
+    from vlbench.planning.lockfile import read_lock
+    from vlbench.planning.pinning import plan_pins
 
     hub, sha = biovita_hub
     config = validate({"models": {"m": tiny_model()}, "benchmarks": {"b": {

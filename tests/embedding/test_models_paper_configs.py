@@ -11,7 +11,7 @@ from workflow_helpers import validate
 
 from vlbench.embedding.models import hub_pins, load_model, local_paths, unpinned
 from vlbench.errors import VlbenchError
-from vlbench.workflow.checks import missing_local_paths
+from vlbench.planning.checks import missing_local_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ["biomedflickr", "biocap", "biovita", "retrieval-classic"]
@@ -79,7 +79,7 @@ def test_expected_repositories_and_keys() -> None:
 
 
 def test_parse_time_warnings_name_missing_models_not_unpinned_ones(tmp_path: Path) -> None:
-    """An unpinned hub model is pinned on first use (vlbench.workflow.pinning), not a warning."""
+    """An unpinned hub model is pinned on first use (vlbench.planning.pinning), not a warning."""
     models = {
         "hub": {"name": "hf-hub:org/repo"},
         "pinned": {"name": "hf-hub:org/repo", "revision": "a" * 40},

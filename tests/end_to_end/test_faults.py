@@ -20,7 +20,7 @@ from stored_files import files_under
 from workflow_helpers import run_in_own_session, snakemake_command, write_shared_demo
 
 from vlbench.atomic import CRASH_ENV
-from vlbench.workflow.run_end import INTERRUPTED
+from vlbench.planning.run_end import INTERRUPTED
 
 # Whole-workflow kills at three points: an embedding shard (the GPU job, resumed per shard), a
 # rank file (the evaluation job, several inputs and outputs) and the final table. Every kind of

@@ -12,7 +12,7 @@ from loopback_hub import LoopbackHub
 from workflow_helpers import SNAKEFILE, TINY_MODEL_CONFIG, run_workflow, write_config
 
 from vlbench.data.synthetic import write_synthetic_biomedflickr
-from vlbench.workflow.lockfile import read_lock
+from vlbench.planning.lockfile import read_lock
 
 MODEL, DATASET = "org/tiny-clip", "org/tiny-flickr"
 

@@ -26,7 +26,7 @@ def test_a_dry_run_imports_no_model_library(config: Path, tmp_path: Path) -> Non
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     modules = set(IMPORTED.findall(result.stderr))
-    assert "vlbench.workflow.targets" in modules  # the Snakefile was parsed
+    assert "vlbench.planning.targets" in modules  # the Snakefile was parsed
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
     # One preflight table; a config plans without warnings (missing data is "not run"), and
     # the demo finds its model file from here.

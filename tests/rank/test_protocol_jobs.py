@@ -14,9 +14,9 @@ from workflow_helpers import validate
 from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEMA, TEXTS_SCHEMA
 from vlbench.embedding.matrix_files import MatrixFiles, save_matrix
 from vlbench.metrics.job import write_metrics, write_per_class
+from vlbench.planning.targets import fewshot_metric_files, metric_files, metrics_extra_targets
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction
-from vlbench.workflow.targets import fewshot_metric_files, metric_files, metrics_extra_targets
 
 
 def canonical(root: Path, images, texts, qrels, candidates=()) -> Path:

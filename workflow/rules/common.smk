@@ -69,30 +69,30 @@ from vlbench.report.not_run import (
     skipped_images_summary,
 )
 from vlbench.report.summary import coverage_lines_of
-from vlbench.workflow.checks import (
+from vlbench.planning.checks import (
     check_precisions_here,
     local_checkpoint,
     model_fingerprint,
     model_spec_for_job,
     source_fingerprint,
 )
-from vlbench.workflow.fingerprints import fingerprint
-from vlbench.workflow.embed_cut import embed_cut
-from vlbench.workflow.invocation import executes_jobs
-from vlbench.workflow.failures import (
+from vlbench.planning.fingerprints import fingerprint
+from vlbench.planning.embed_cut import embed_cut
+from vlbench.planning.invocation import executes_jobs
+from vlbench.planning.failures import (
     failed_job_causes,
     remove_failed_run_note,
     write_failed_run_note,
 )
-from vlbench.workflow.run_claim import claim_directory
-from vlbench.workflow.run_end import INTERRUPTED, interrupted, say_last, stop_cleanly_on_interrupt
-from vlbench.workflow.plan import plan
+from vlbench.planning.run_claim import claim_directory
+from vlbench.planning.run_end import INTERRUPTED, interrupted, say_last, stop_cleanly_on_interrupt
+from vlbench.planning.plan import plan
 
 # A run killed outright leaves Snakemake's lock files behind: the main process of every run holds
 # a kernel lock on the directory while it lives, and one that can take it removes the lock files
-# no live run holds (vlbench.workflow.run_claim), so the same command resumes the run.
+# no live run holds (vlbench.planning.run_claim), so the same command resumes the run.
 # Ctrl-C reaches the main process alone, which stops the jobs and ends on one line, exit 130
-# (vlbench.workflow.run_end).
+# (vlbench.planning.run_end).
 if workflow.is_main_process:
     for _line in claim_directory():
         logger.warning(_line)
@@ -206,7 +206,7 @@ def prepared_data(wildcards):
 
 # Content tracking: a fingerprint of every user-supplied file a job reads is one of its params,
 # so an edit anywhere in a benchmark folder or a model file reruns exactly the jobs that read it
-# (computed once per parse; one stat per file, see vlbench.workflow.fingerprints).
+# (computed once per parse; one stat per file, see vlbench.planning.fingerprints).
 @functools.cache
 def _source_fingerprint(benchmark):
     return source_fingerprint(config["benchmarks"][benchmark]["source"])
@@ -240,7 +240,7 @@ def embedding_identity(model):
     }
 
 
-# embedding.jobs (auto: by where the jobs run, vlbench.workflow.embed_cut) decides which
+# embedding.jobs (auto: by where the jobs run, vlbench.planning.embed_cut) decides which
 # wildcards (model, benchmark) the embed jobs take, as listed in vlbench.config.EMBED_JOB_WILDCARDS.
 EMBED_CUT = embed_cut(config["embedding"]["jobs"], workflow)
 logger.info(EMBED_CUT.line())

@@ -33,7 +33,7 @@ rule init_random_checkpoint:
 
 # embedding.jobs cuts this work into jobs (common.smk, EMBED_WILDCARDS): auto (default) picks
 # single on one machine with one GPU slot, per_model with several (--resources gpu=N), and
-# per_benchmark when the jobs go to a cluster (vlbench.workflow.embed_cut, printed by the run);
+# per_benchmark when the jobs go to a cluster (vlbench.planning.embed_cut, printed by the run);
 # per_benchmark is one job per (model, benchmark), per_model one per model over every benchmark
 # (the model loaded once), single one job for every model on every benchmark (torch and
 # open_clip imported once: the shortest run on one GPU). Every cut writes the same files and

@@ -1,7 +1,7 @@
 """What a run left out, and why: `results/tables/not_run.csv` and the lines printed at its end.
 
 The plan leaves out models and benchmarks whose local data is missing (`missing_data: skip`,
-vlbench.workflow.preflight); the paper tables note them, this file lists them with the reason
+vlbench.planning.preflight); the paper tables note them, this file lists them with the reason
 and the missing path, so the omission is in the results and not only at the top of a log. The
 tables job adds the metrics that could not be computed (kind `metric`, reason `not computable`:
 a few-shot k with a class smaller than k), with the classes, their counts and the models.

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from vlbench.embedding.shard_files import plan_shards, shard_digests
-from vlbench.workflow.checks import model_fingerprint, source_files, source_fingerprint
-from vlbench.workflow.fingerprints import CONTENT_HASH_BYTES, fingerprint
+from vlbench.planning.checks import model_fingerprint, source_files, source_fingerprint
+from vlbench.planning.fingerprints import CONTENT_HASH_BYTES, fingerprint
 
 
 @pytest.fixture

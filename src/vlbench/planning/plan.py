@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlbench.report.paper_layouts import layouts_for
-from vlbench.report.reference import read_map
-from vlbench.workflow.checks import check_model_keys
-from vlbench.workflow.data_root import expand_data_root
-from vlbench.workflow.lockfile import lock_path, read_lock
-from vlbench.workflow.pinning import FirstUsePins, plan_pins
-from vlbench.workflow.preflight import (
+from vlbench.planning.checks import check_model_keys
+from vlbench.planning.data_root import expand_data_root
+from vlbench.planning.lockfile import lock_path, read_lock
+from vlbench.planning.pinning import FirstUsePins, plan_pins
+from vlbench.planning.preflight import (
     drop_missing,
     not_run,
     not_run_rows,
@@ -29,8 +27,8 @@ from vlbench.workflow.preflight import (
     refuse_missing,
     render,
 )
-from vlbench.workflow.run_config import load_run_config
-from vlbench.workflow.targets import (
+from vlbench.planning.run_config import load_run_config
+from vlbench.planning.targets import (
     all_targets,
     fewshot_metric_files,
     metric_files,
@@ -38,6 +36,8 @@ from vlbench.workflow.targets import (
     probe_metric_files,
     table_files,
 )
+from vlbench.report.paper_layouts import layouts_for
+from vlbench.report.reference import read_map
 
 
 @dataclass(frozen=True)

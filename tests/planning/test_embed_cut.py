@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vlbench.config import EMBED_JOB_SHAPES, EMBED_JOB_WILDCARDS
-from vlbench.workflow.embed_cut import choose_cut
+from vlbench.planning.embed_cut import choose_cut
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vlbench.errors import VlbenchError
-from vlbench.workflow.clean_command import clean
+from vlbench.planning.clean_command import clean
 
 
 def test_clean_removes_the_models_folders_and_the_tables_csv_only(tmp_path: Path) -> None:

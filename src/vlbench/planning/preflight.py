@@ -22,9 +22,9 @@ from vlbench.data.importers import IMPORTERS
 from vlbench.data.sources import FORMATS, format_name
 from vlbench.embedding.models.dispatch import local_paths
 from vlbench.errors import VlbenchError
-from vlbench.workflow.checks import missing_local_paths
-from vlbench.workflow.lockfile import Pin
-from vlbench.workflow.pinning import FIRST_USE, LOCKED, PINNED, commit_of, hub_uses, state
+from vlbench.planning.checks import missing_local_paths
+from vlbench.planning.lockfile import Pin
+from vlbench.planning.pinning import FIRST_USE, LOCKED, PINNED, commit_of, hub_uses, state
 
 MISSING, NOT_RUN = "missing", "not run: missing"
 PRESENT, GENERATED, BUILT_IN = "local files present", "generated", "download pinned by its URL"

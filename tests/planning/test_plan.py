@@ -10,7 +10,7 @@ from workflow_helpers import REPO, synthetic_benchmark, tiny_model, write_config
 
 from vlbench.errors import VlbenchError
 from vlbench.paths import METRICS_CSV, PROBE_METRICS, paper_table_file
-from vlbench.workflow.plan import plan
+from vlbench.planning.plan import plan
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 REFERENCE = REPO / "config" / "reference"

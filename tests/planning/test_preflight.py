@@ -11,10 +11,10 @@ from workflow_helpers import run_workflow, synthetic_benchmark, tiny_model, vali
 
 from vlbench.cli import main as cli_main
 from vlbench.errors import VlbenchError
-from vlbench.workflow import preflight as pf
-from vlbench.workflow.data_root import expand_data_root
-from vlbench.workflow.lockfile import Pin
-from vlbench.workflow.preflight_command import preflight
+from vlbench.planning import preflight as pf
+from vlbench.planning.data_root import expand_data_root
+from vlbench.planning.lockfile import Pin
+from vlbench.planning.preflight_command import preflight
 
 A = "a" * 40
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlbench.workflow.targets import table_targets
+from vlbench.planning.targets import table_targets
 
 DIRECTIONS = ["image_to_text", "text_to_image"]
 

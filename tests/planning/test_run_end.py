@@ -14,7 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from vlbench.workflow.run_end import INTERRUPTED, INTERRUPTED_EXIT_STATUS, descendants
+from vlbench.planning.run_end import INTERRUPTED, INTERRUPTED_EXIT_STATUS, descendants
 
 
 def run_program(source: str, **kwargs: object) -> subprocess.Popen:
@@ -50,7 +50,7 @@ def test_kept_lines_are_printed_after_everything_else() -> None:
     program = run_program(
         """
         import sys
-        from vlbench.workflow.run_end import say_last
+        from vlbench.planning.run_end import say_last
         say_last(["vlbench: first cause", "vlbench: second cause"])
         print("a line printed later", file=sys.stderr)
         sys.exit(1)
@@ -69,7 +69,7 @@ def test_threads_started_after_arming_and_their_children_block_sigint() -> None:
     program = run_program(
         """
         import subprocess, sys, threading
-        from vlbench.workflow.run_end import stop_cleanly_on_interrupt
+        from vlbench.planning.run_end import stop_cleanly_on_interrupt
 
         def blocked(status: str) -> bool:
             mask = int(status.split("SigBlk:")[1].split()[0], 16)
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_the_children_and_ends_on_one_line_with_status_130(tmp_path
     program = run_program(
         f"""
         import subprocess, sys, threading, time
-        from vlbench.workflow.run_end import say_last, stop_cleanly_on_interrupt
+        from vlbench.planning.run_end import say_last, stop_cleanly_on_interrupt
 
         stop_cleanly_on_interrupt()
         say_last(["a cause that an interrupted run does not print"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vlbench.workflow.failures import failed_job_causes
+from vlbench.planning.failures import failed_job_causes
 
 RUN_LOG = """Building DAG of jobs...
 Error in rule evaluate_paired:

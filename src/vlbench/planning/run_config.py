@@ -1,8 +1,8 @@
 """The config a run plans with: its config files, then `--config`, validated with defaults.
 
 Each file is read with line numbers for YAML errors and keys given twice, its relative paths
-resolved against its own folder (vlbench.workflow.config_paths); the files merge in order, then the
-command line's `--config` values (typed by the schema, vlbench.workflow.config_overrides) merge over
+resolved against its own folder (vlbench.planning.config_paths); the files merge in order, then the
+command line's `--config` values (typed by the schema, vlbench.planning.config_overrides) merge over
 them. A schema error names who wrote the offending value: the last config file that sets it,
 or `--config`.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from vlbench.config import SCHEMA_PATH, load_schema, validate_config
-from vlbench.workflow.config_overrides import SOURCE, merge, typed_overrides, written_by
-from vlbench.workflow.config_paths import resolve_written_paths
+from vlbench.planning.config_overrides import SOURCE, merge, typed_overrides, written_by
+from vlbench.planning.config_paths import resolve_written_paths
 from vlbench.yaml_files import read_yaml_mapping
 
 

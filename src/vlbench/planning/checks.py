@@ -12,7 +12,7 @@ from vlbench.data.sources.spec import missing_source_files, named_source_paths
 from vlbench.embedding.models import hub_pins, local_paths, looks_like_path
 from vlbench.errors import VlbenchError
 from vlbench.paths import random_checkpoint
-from vlbench.workflow.fingerprints import fingerprint
+from vlbench.planning.fingerprints import fingerprint
 
 
 def model_spec_for_job(model_key: str, spec: Mapping[str, Any]) -> dict[str, Any]:

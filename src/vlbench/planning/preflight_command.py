@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TextIO
 
 from vlbench.errors import VlbenchError
-from vlbench.workflow.checks import check_model_keys
-from vlbench.workflow.config_overrides import parse_assignments
-from vlbench.workflow.data_root import expand_data_root
-from vlbench.workflow.lockfile import lock_path, read_lock
-from vlbench.workflow.preflight import drop_missing, preflight_rows, render
-from vlbench.workflow.run_config import load_run_config
+from vlbench.planning.checks import check_model_keys
+from vlbench.planning.config_overrides import parse_assignments
+from vlbench.planning.data_root import expand_data_root
+from vlbench.planning.lockfile import lock_path, read_lock
+from vlbench.planning.preflight import drop_missing, preflight_rows, render
+from vlbench.planning.run_config import load_run_config
 
 
 def preflight(

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-CLAIM = "from vlbench.workflow.run_claim import claim_directory; print(claim_directory('{dir}'))"
+CLAIM = "from vlbench.planning.run_claim import claim_directory; print(claim_directory('{dir}'))"
 
 
 def claim_in_new_process(folder: Path) -> str:

@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import TextIO
 
 from vlbench.errors import VlbenchError
-from vlbench.workflow.checks import check_model_keys
-from vlbench.workflow.lockfile import lock_path, read_lock, write_lock
-from vlbench.workflow.pinning import (
+from vlbench.planning.checks import check_model_keys
+from vlbench.planning.lockfile import lock_path, read_lock, write_lock
+from vlbench.planning.pinning import (
     hub_uses,
     resolve_missing,
     stale_keys,
     summary_lines,
     unlocked,
 )
-from vlbench.workflow.run_config import load_run_config
+from vlbench.planning.run_config import load_run_config
 
 
 def lock_config(

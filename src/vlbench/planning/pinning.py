@@ -2,7 +2,7 @@
 
 A hub model or dataset whose config entry has no commit is resolved, the first time a real run
 plans it, to the commit its branch points at; that commit goes into the config's lock file
-(`vlbench.workflow.lockfile`) and into the planned config, so the jobs' parameters, and with
+(`vlbench.planning.lockfile`) and into the planned config, so the jobs' parameters, and with
 them the provenance of every result, carry it. Later runs read the lock and never move. In
 `pins: strict` mode an entry pinned neither in the config nor in the lock stops planning.
 Planning imports no model library; the hub is asked only when something is to be resolved.
@@ -27,7 +27,7 @@ from vlbench.data.sources.hub_access import (
 )
 from vlbench.embedding.models.dispatch import hub_pins
 from vlbench.errors import VlbenchError
-from vlbench.workflow.lockfile import Pin, read_lock, repo_key, write_lock
+from vlbench.planning.lockfile import Pin, read_lock, repo_key, write_lock
 
 BRANCH = "main"
 STRICT = "strict"

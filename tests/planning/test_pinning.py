@@ -13,8 +13,8 @@ from workflow_helpers import validate, write_config
 
 from vlbench.cli import main as cli_main
 from vlbench.errors import VlbenchError
-from vlbench.workflow import invocation, lock_command, pinning
-from vlbench.workflow.lockfile import Pin, lock_path, read_lock, write_lock
+from vlbench.planning import invocation, lock_command, pinning
+from vlbench.planning.lockfile import Pin, lock_path, read_lock, write_lock
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 

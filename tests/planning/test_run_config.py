@@ -13,10 +13,10 @@ from workflow_helpers import REPO, run_workflow, synthetic_benchmark, tiny_model
 
 from vlbench.config import load_schema
 from vlbench.errors import VlbenchError
-from vlbench.workflow.checks import check_model_keys
-from vlbench.workflow.config_overrides import parse_assignments, typed_overrides
-from vlbench.workflow.config_paths import resolve_written_paths
-from vlbench.workflow.run_config import load_run_config
+from vlbench.planning.checks import check_model_keys
+from vlbench.planning.config_overrides import parse_assignments, typed_overrides
+from vlbench.planning.config_paths import resolve_written_paths
+from vlbench.planning.run_config import load_run_config
 
 SCHEMA = load_schema()
 
@@ -228,7 +228,7 @@ def test_an_open_clip_tag_of_another_architecture_is_refused_at_plan_time() -> N
 
 def test_refusing_a_tag_imports_no_model_library() -> None:
     code = (
-        "import sys\nfrom vlbench.workflow.checks import check_model_keys\n"
+        "import sys\nfrom vlbench.planning.checks import check_model_keys\n"
         "from vlbench.errors import VlbenchError\n"
         "try:\n"
         "    check_model_keys({'models': {'m': {'name': 'ViT-B-16', 'pretrained': 'nope'}}})\n"
