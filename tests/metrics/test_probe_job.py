@@ -165,3 +165,20 @@ def test_the_fewshot_job_over_its_folds_file_equals_the_evaluation_drawing_its_o
     other = {**entry, "folds": 5}
     with pytest.raises(VlbenchError, match=r"not those of the few-shot entry .*rerun the folds"):
         write_fewshot(embeddings, images, tmp_path / "folds.parquet", other, LABELS, 0.95, out)
+
+
+def test_a_k_that_leaves_nothing_to_test_is_not_computable_and_trains_nothing(
+    tmp_path: Path,
+) -> None:
+    """mteb's sampler gives a class of k images or fewer all of them: at k = 9 no image of
+    this benchmark is left to test (its largest class has 9)."""
+    images, _, _, embeddings, _ = labelled(tmp_path)
+    entry = settings("logistic", shots=[9, 2], folds=2)
+    folds, out = tmp_path / "folds.parquet", tmp_path / "out.csv"
+    write_folds(images, "logistic", entry, folds)
+    write_probe("logistic", embeddings, images, folds, entry, LABELS, 0.95, out)
+    rows = pl.read_csv(out)
+    nine = rows.filter(pl.col("k") == 9)
+    assert nine["value"].is_null().all() and nine["n_short_classes"].to_list() == [7, 7]
+    assert "leaves no image to test" in nine["not_computable"][0]
+    assert rows.filter(pl.col("k") == 2)["value"].is_not_null().all()

@@ -123,8 +123,11 @@ def _fold_scores(
     settings: Mapping[str, Any],
 ) -> tuple[dict[str, float | None], int, Any]:
     """One fold: each metric's fraction, the test size and the fold's detail (the chosen
-    weight decay, or whether the fit converged)."""
+    weight decay, or whether the fit converged); nothing is trained for a fold that leaves no
+    image to test."""
     training, test = _split(item, len(targets))
+    if not len(test):
+        return {}, 0, None
     support = (features[item.support], targets[item.support])
     tested = (features[test], targets[test])
     if classifier == "linear":
@@ -157,15 +160,20 @@ def _fold_scores(
     )
 
 
-def _reason(metric: str, item: ProbeFold, values: Sequence[float | None], n_test: int) -> str:
-    if item.not_computable:
-        return item.not_computable
-    if n_test == 0:
-        return f"k={item.shots}: no image is left to test outside the support"
+def _reason(
+    metric: str, folds: Sequence[ProbeFold], values: Sequence[float | None], tested: int
+) -> str:
+    """Why a (metric, k) row has no value: a fold the reference cannot run (the row needs all
+    of them), a fold with no image to test, or clip_benchmark's missing top-5."""
+    stopped = [item.not_computable for item in folds if item.not_computable]
+    if stopped:
+        return stopped[0]
+    if tested < len(folds):
+        return f"k={folds[0].shots}: a fold leaves no image to test outside its support"
     if any(value is None for value in values):
         return (
-            f"k={item.shots}: clip_benchmark reports no {metric} when the test's largest class "
-            "index is below 5"
+            f"k={folds[0].shots}: clip_benchmark reports no {metric} when the test's largest "
+            "class index is below 5"
         )
     return ""
 
@@ -189,22 +197,21 @@ def score_probe(
     for k in dict.fromkeys(item.shots for item in folds):
         of_k = [item for item in folds if item.shots == k]
         values: dict[str, list[float | None]] = {metric: [] for metric in metrics}
-        details, n_test = [], 0
+        details, n_test, tested = [], 0, 0
         for item in of_k:
             if item.not_computable:
                 continue
             scores, size, detail = _fold_scores(classifier, item, features, targets, settings)
-            n_test = max(n_test, size)
-            details.append(detail)
             if size == 0:
                 continue
+            n_test, tested = max(n_test, size), tested + 1
+            details.append(detail)
             for metric in metrics:
                 values[metric].append(scores[metric])
             if log is not None:
                 log.info("%s k=%d fold %d: %s (%s)", classifier, k, item.fold, scores, detail)
-        first = of_k[0]
         for metric in metrics:
-            reason = _reason(metric, first, values[metric], n_test)
+            reason = _reason(metric, of_k, values[metric], tested)
             row = fold_row(
                 labels,
                 metric,
