@@ -89,11 +89,26 @@ def log_short_classes(results: Sequence[FewShotResult], log: logging.Logger) -> 
             )
 
 
+def _require_classes(images_path: str | Path, ids: Sequence[str], groups: Sequence[object]) -> None:
+    """Stop naming the first image without a class."""
+    for item, group in zip(ids, groups, strict=True):
+        if group is None:
+            raise VlbenchError(f"{images_path}: image {item!r} has no class (group)")
+
+
+def labelled_images(images_path: str | Path) -> tuple[list[str], list[str]]:
+    """Image ids and classes of a prepared images file, in its (the source's sample) order."""
+    table = read_parquet(images_path, columns=["image_id", "group"])
+    ids, groups = table.column("image_id").to_pylist(), table.column("group").to_pylist()
+    _require_classes(images_path, ids, groups)
+    return ids, [str(group) for group in groups]
+
+
 def classes_in_file_order(
     images_path: str | Path, matrix: np.ndarray, ids: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
+) -> tuple[np.ndarray, list[str], list[str]]:
     """The embedding rows reordered to the prepared images file's row order (the source's
-    sample order), with each image's class."""
+    sample order), with each image's class and the file's image ids."""
     table = read_parquet(images_path, columns=["image_id", "group"])
     file_ids = table.column("image_id").to_pylist()
     groups = table.column("group").to_pylist()
@@ -106,11 +121,14 @@ def classes_in_file_order(
             f"{images_path}: image {unmatched[0]!r} is in only one of the images file and its "
             "embeddings (rerun the gather job)"
         )
-    unlabelled = [item for item, group in zip(file_ids, groups, strict=True) if group is None]
-    if unlabelled:
-        raise VlbenchError(f"{images_path}: image {unlabelled[0]!r} has no class (group)")
+    _require_classes(images_path, file_ids, groups)
     order = np.fromiter((position[item] for item in file_ids), dtype=np.int64)
-    return matrix[order], [str(group) for group in groups]
+    return matrix[order], [str(group) for group in groups], file_ids
+
+
+def read_folds(folds_path: str | Path, image_ids: Sequence[str]) -> list[ProbeFold]:
+    """The folds of a folds file, as positions in the images file's order."""
+    return folds_from_table(pl.read_parquet(folds_path), image_ids, str(folds_path))
 
 
 def score_fewshot(
@@ -173,10 +191,8 @@ def write_fewshot(
 ) -> int:
     """Write a benchmark's few-shot metric CSV from its (matrix, ids) over the benchmark's
     few-shot folds file; return the row count."""
-    vectors, classes = classes_in_file_order(images_path, *embeddings)
-    ids = read_parquet(images_path, columns=["image_id"]).column("image_id").to_pylist()
-    folds = folds_from_table(pl.read_parquet(folds_path), ids, str(folds_path))
-    splits, reasons = splits_of(folds, settings, str(folds_path))
+    vectors, classes, ids = classes_in_file_order(images_path, *embeddings)
+    splits, reasons = splits_of(read_folds(folds_path, ids), settings, str(folds_path))
     shots = list(settings["shots"])
     try:
         results = score_splits(normalise_rows(vectors), classes, shots, splits, reasons)

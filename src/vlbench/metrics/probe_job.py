@@ -28,9 +28,8 @@ import numpy as np
 import polars as pl
 
 from vlbench.atomic import atomic_path
-from vlbench.data.canonical import read_parquet
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot_job import classes_in_file_order
+from vlbench.metrics.fewshot_job import classes_in_file_order, labelled_images, read_folds
 from vlbench.metrics.fold_rows import (
     FOLD_COLUMNS,
     LINEAR_METRICS,
@@ -45,7 +44,6 @@ from vlbench.metrics.probe_folds import (
     ProbeFold,
     class_indices,
     draw_folds,
-    folds_from_table,
     folds_table,
 )
 from vlbench.rank.protocol_ranks import normalise_rows
@@ -54,16 +52,6 @@ _EXTRA = {
     "linear": {"fold_weight_decays": pl.String},
     "logistic": {"n_unconverged_folds": pl.Int64},
 }
-
-
-def labelled_images(images_path: str | Path) -> tuple[list[str], list[str]]:
-    """Image ids and classes of a prepared images file, in its (the source's sample) order."""
-    table = read_parquet(images_path, columns=["image_id", "group"])
-    ids, groups = table.column("image_id").to_pylist(), table.column("group").to_pylist()
-    for item, group in zip(ids, groups, strict=True):
-        if group is None:
-            raise VlbenchError(f"{images_path}: image {item!r} has no class (group)")
-    return ids, [str(group) for group in groups]
 
 
 def write_folds(
@@ -245,9 +233,8 @@ def write_probe(
     log: logging.Logger | None = None,
 ) -> int:
     """Write a classifier's metric CSV for one model and benchmark; return the row count."""
-    features, groups = classes_in_file_order(images_path, *embeddings)
-    ids = read_parquet(images_path, columns=["image_id"]).column("image_id").to_pylist()
-    folds = folds_from_table(pl.read_parquet(folds_path), ids, str(folds_path))
+    features, groups, ids = classes_in_file_order(images_path, *embeddings)
+    folds = read_folds(folds_path, ids)
     if not folds:
         raise VlbenchError(f"{folds_path}: no fold (the {classifier} probe's shots list is empty)")
     rows = score_probe(classifier, features, groups, folds, settings, labels, confidence, log)
