@@ -133,3 +133,47 @@ def test_table_has_a_column_per_query_group_the_metric_tables_report(tmp_path: P
     assert by_subset["test"]["best_model"].to_list() == ["a", "a"]
     assert by_subset["test"]["n_queries"].to_list() == [40, 40]
     assert by_subset["g1"]["n_queries"].to_list() == [20, 20]
+
+
+def test_columns_sharing_their_draws_stand_as_each_would_alone(tmp_path: Path) -> None:
+    """The table draws the resamples and flips once per query count for all its columns; each
+    column's standings equal `column_standings` drawing its own."""
+    rng = np.random.default_rng(3)
+    settings = StatsSettings(0.9, 150, 700, 5)
+    columns = {  # (direction, k): queries
+        ("text_to_image", 1): 30,
+        ("text_to_image", 5): 30,
+        ("image_to_text", 1): 45,
+        ("image_to_text", 5): 45,
+    }
+    frames, expected = [], {}
+    for (direction, k), queries in columns.items():
+        outcomes = (rng.random((3, queries)) < [[0.3], [0.5], [0.55]]) * 100.0
+        for model, row in zip("abc", outcomes, strict=True):
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "benchmark": "bench",
+                        "subset": "test",
+                        "model": model,
+                        "direction": direction,
+                        "metric": "recall",
+                        "k": pl.Series([k] * queries, dtype=pl.Int64),
+                        "unit": "percent",
+                        "statistic": "mean",
+                        "query_id": [f"q{i}" for i in range(queries)],
+                        "query_group": [None] * queries,
+                        "outcome": row,
+                    }
+                )
+            )
+        expected[direction, k] = column_standings(
+            list("abc"), outcomes, True, 0.9, 150, 700, seed=5
+        )
+    path = tmp_path / "outcomes.parquet"
+    pl.concat(frames, how="diagonal_relaxed").write_parquet(path)
+    table = standings_table([path], settings)
+    for (direction, k), standings in expected.items():
+        got = table.filter((pl.col("direction") == direction) & (pl.col("k") == k)).sort("model")
+        for field in ("rank", "rank_low", "rank_high", "p_worse", "p_holm", "tied_with_best"):
+            assert got[field].to_list() == [getattr(s, field) for s in standings], field

@@ -31,7 +31,12 @@ import numpy as np
 import polars as pl
 
 from vlbench.metrics.rows import StatsSettings
-from vlbench.metrics.statistics import resampled_means, sign_flipped_means
+from vlbench.metrics.statistics import (
+    resampled_means,
+    resampled_means_of,
+    sign_flipped_means,
+    sign_flipped_means_of,
+)
 
 STANDINGS_COLUMNS = [
     "benchmark",
@@ -92,31 +97,40 @@ def column_standings(
     bootstrap_samples: int,
     permutation_samples: int,
     seed: int,
+    draws: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[Standing]:
-    """The standings of `models` from their per-query outcomes (models x the same queries)."""
+    """The standings of `models` from their per-query outcomes (models x the same queries).
+
+    `draws`: the outcomes' `resampled_means` and `sign_flipped_means` for these settings, when
+    computed already (`standings_table` draws them once for every column of a query count).
+    """
     values = np.asarray(outcomes, dtype=np.float64)
+    if draws is None:
+        draws = (
+            resampled_means(values, bootstrap_samples, seed),
+            sign_flipped_means(values, permutation_samples, seed + 1),
+        )
+    resampled_values, flipped = draws
     sign = 1.0 if higher_is_better else -1.0
     means = values.mean(axis=1)
     ranks = competition_ranks((sign * means)[:, None])[:, 0]
     best = int(np.argmax(sign * means))
     alpha = 1.0 - confidence
     if values.shape[1] >= 2 and bootstrap_samples >= 1:
-        resampled = competition_ranks(sign * resampled_means(values, bootstrap_samples, seed))
+        resampled = competition_ranks(sign * resampled_values)
         bounds = np.quantile(resampled, [alpha / 2, 1 - alpha / 2], axis=1, method="inverted_cdf")
     else:
         bounds = np.vstack([ranks, ranks])
     others = [index for index in range(len(models)) if index != best]
     p_worse = np.ones(len(models))
-    if others:
-        flipped = sign_flipped_means(values, permutation_samples, seed + 1)
-        for index in others:
-            difference = sign * (values[best] - values[index])
-            if not np.any(difference):
-                continue
-            observed = float(difference.mean())
-            null = sign * (flipped[best] - flipped[index])
-            extreme = int(np.count_nonzero(null >= observed - 1e-12 * max(1.0, abs(observed))))
-            p_worse[index] = (1 + extreme) / (1 + permutation_samples)
+    for index in others:
+        difference = sign * (values[best] - values[index])
+        if not np.any(difference):
+            continue
+        observed = float(difference.mean())
+        null = sign * (flipped[best] - flipped[index])
+        extreme = int(np.count_nonzero(null >= observed - 1e-12 * max(1.0, abs(observed))))
+        p_worse[index] = (1 + extreme) / (1 + permutation_samples)
     adjusted = np.ones(len(models))
     adjusted[others] = holm_adjusted(p_worse[others])
     return [
@@ -174,6 +188,25 @@ def _with_group_subsets(table: pl.DataFrame, subsets: Collection[tuple[str, str]
     return pl.concat([table, groups.filter(pl.Series(wanted, dtype=pl.Boolean))])
 
 
+def _shared_draws(
+    matrices: list[np.ndarray], settings: StatsSettings
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each matrix's resample and sign-flip means, drawn once for all matrices of one query
+    count: the draws depend on the count and the seed only, so every column of a benchmark
+    shares them (what `column_standings` would draw for each, in one pass)."""
+    by_count: dict[int, list[int]] = {}
+    for index, matrix in enumerate(matrices):
+        by_count.setdefault(matrix.shape[1], []).append(index)
+    draws: list[tuple[np.ndarray, np.ndarray]] = [None] * len(matrices)  # type: ignore[list-item]
+    for indices in by_count.values():
+        group = [matrices[index] for index in indices]
+        resampled = resampled_means_of(group, settings.bootstrap_samples, settings.seed)
+        flipped = sign_flipped_means_of(group, settings.permutation_samples, settings.seed + 1)
+        for index, pair in zip(indices, zip(resampled, flipped, strict=True), strict=True):
+            draws[index] = pair
+    return draws
+
+
 def standings_table(
     outcome_files: Iterable[str | Path],
     settings: StatsSettings,
@@ -186,36 +219,40 @@ def standings_table(
     """
     frames = [pl.read_parquet(path) for path in outcome_files]
     frames = [frame for frame in frames if frame.height]
-    rows = []
+    columns = []  # (labels, models, outcomes, higher is better) of each column
     if frames:
         table = pl.concat(frames, how="vertical_relaxed").filter(pl.col("statistic") == "mean")
         table = _with_group_subsets(table, set(subsets))
         for key, frame in table.group_by(COLUMN_KEYS, maintain_order=True):
-            labels = dict(zip(COLUMN_KEYS, key, strict=True))
             models = sorted(frame["model"].unique().to_list())
             matrix = _shared_queries(frame, models)
-            if matrix is None:
-                continue
-            standings = column_standings(
-                models,
-                matrix,
-                higher_is_better=frame["unit"][0] != "rank",
-                confidence=settings.confidence,
-                bootstrap_samples=settings.bootstrap_samples,
-                permutation_samples=settings.permutation_samples,
-                seed=settings.seed,
+            if matrix is not None:
+                labels = dict(zip(COLUMN_KEYS, key, strict=True))
+                columns.append((labels, models, matrix, frame["unit"][0] != "rank"))
+    draws = _shared_draws([matrix for _, _, matrix, _ in columns], settings)
+    rows = []
+    for (labels, models, matrix, higher), column_draws in zip(columns, draws, strict=True):
+        standings = column_standings(
+            models,
+            matrix,
+            higher_is_better=higher,
+            confidence=settings.confidence,
+            bootstrap_samples=settings.bootstrap_samples,
+            permutation_samples=settings.permutation_samples,
+            seed=settings.seed,
+            draws=column_draws,
+        )
+        best = next(s.model for s in standings if s.p_worse is None)
+        for standing in standings:
+            rows.append(
+                {
+                    **labels,
+                    **standing.__dict__,
+                    "best_model": best,
+                    "n_models": len(models),
+                    "n_queries": matrix.shape[1],
+                }
             )
-            best = next(s.model for s in standings if s.p_worse is None)
-            for standing in standings:
-                rows.append(
-                    {
-                        **labels,
-                        **standing.__dict__,
-                        "best_model": best,
-                        "n_models": len(models),
-                        "n_queries": matrix.shape[1],
-                    }
-                )
     schema = {
         **dict.fromkeys(STANDINGS_COLUMNS, pl.String),
         "k": pl.Int64,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,39 +166,63 @@ def all_paired_tests(
 
 
 def _per_chunk(
-    values: np.ndarray,
+    matrices: Sequence[np.ndarray],
     samples: int,
     seed: int,
-    chunk_means: Callable[[np.random.Generator, np.ndarray, int], np.ndarray],
-) -> np.ndarray:
-    """rows x samples: `chunk_means(rng, values, count)` for `count` samples at a time, drawn
-    in the chunks `_resampled` and `paired_test` draw theirs (so from the same stream)."""
+    draw: Callable[[np.random.Generator, int, int], np.ndarray],
+    apply: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> list[np.ndarray]:
+    """Per matrix (rows x n, every one of the same n), rows x samples: `apply(matrix, draws)`
+    for `draw(rng, n, count)`, `count` samples at a time, drawn in the chunks `_resampled` and
+    `paired_test` draw theirs (so from the same stream). Each chunk is drawn once for all the
+    matrices: columns of one query count share their resamples."""
+    n = matrices[0].shape[1]
     rng = np.random.default_rng(seed)
-    out = np.empty((values.shape[0], samples))
+    outs = [np.empty((matrix.shape[0], samples)) for matrix in matrices]
     for start in range(0, samples, _CHUNK):
         stop = min(start + _CHUNK, samples)
-        out[:, start:stop] = chunk_means(rng, values, stop - start)
-    return out
+        draws = draw(rng, n, stop - start)
+        for matrix, out in zip(matrices, outs, strict=True):
+            out[:, start:stop] = apply(matrix, draws)
+    return outs
 
 
-def _bootstrap_chunk(rng: np.random.Generator, values: np.ndarray, count: int) -> np.ndarray:
-    picks = rng.integers(0, values.shape[1], size=(count, values.shape[1]))
+def _bootstrap_picks(rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+    return rng.integers(0, n, size=(count, n))
+
+
+def _picked_means(values: np.ndarray, picks: np.ndarray) -> np.ndarray:
     return values[:, picks].mean(axis=2)
 
 
-def _sign_flip_chunk(rng: np.random.Generator, values: np.ndarray, count: int) -> np.ndarray:
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(count, values.shape[1]))
+def _sign_flips(rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+    return rng.choice(np.array([-1.0, 1.0]), size=(count, n))
+
+
+def _flipped_means(values: np.ndarray, signs: np.ndarray) -> np.ndarray:
     return values @ signs.T / values.shape[1]
 
 
 def resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
     """Each row's mean over the bootstrap resamples `_resampled` draws (rows x samples)."""
-    return _per_chunk(values, samples, seed, _bootstrap_chunk)
+    return resampled_means_of([values], samples, seed)[0]
 
 
 def sign_flipped_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
     """Each row's mean under the sign flips `paired_test` draws (rows x samples)."""
-    return _per_chunk(values, samples, seed, _sign_flip_chunk)
+    return sign_flipped_means_of([values], samples, seed)[0]
+
+
+def resampled_means_of(matrices: Sequence[np.ndarray], samples: int, seed: int) -> list[np.ndarray]:
+    """`resampled_means` of each matrix (all of one query count), drawing each resample once."""
+    return _per_chunk(matrices, samples, seed, _bootstrap_picks, _picked_means)
+
+
+def sign_flipped_means_of(
+    matrices: Sequence[np.ndarray], samples: int, seed: int
+) -> list[np.ndarray]:
+    """`sign_flipped_means` of each matrix (all of one query count), drawing each flip once."""
+    return _per_chunk(matrices, samples, seed, _sign_flips, _flipped_means)
 
 
 def indistinguishable_from_chance(
