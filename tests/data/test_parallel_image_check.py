@@ -290,3 +290,39 @@ def test_image_bytes_are_stored_uncompressed_under_the_canonical_schema(tmp_path
 def test_the_reason_for_an_unidentifiable_image_is_the_same_every_run() -> None:
     reasons = {decode_error(b"not an image at all") for _ in range(3)}
     assert reasons == {"UnidentifiedImageError: cannot identify image file the image bytes"}
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_images_handed_as_arrays_write_what_their_bytes_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parquet sources hand each image as a one-row slice of the source's array (no copy);
+    the files are those the same images written from bytes objects give."""
+    from vlbench.data.sources import hf_parquet, records
+
+    write_repo(tmp_path / "repo")
+    column = pq.read_table(tmp_path / "repo" / "data" / "test-00000-of-00002.parquet")["image"]
+    values = records.image_values(column.combine_chunks())
+    # Rows 5 (empty bytes) and 6 (no struct) have no bytes; row 0 (broken) is an array too.
+    assert [isinstance(value, pa.Array) for value in values[:7]] == [True] * 5 + [False] * 2
+    arrays = prepare(tmp_path / "repo", tmp_path / "arrays", threads=2, image_policy="skip")
+
+    def as_bytes(column: pa.Array) -> list:
+        return [v if isinstance(v, bytes) else v[0].as_py() for v in records.image_values(column)]
+
+    monkeypatch.setattr(hf_parquet, "image_values", as_bytes)
+    assert prepare(tmp_path / "repo", tmp_path / "bytes", threads=2, image_policy="skip") == arrays
+    for name in OUTPUTS:
+        assert (tmp_path / "arrays" / name).read_bytes() == (tmp_path / "bytes" / name).read_bytes()
+
+
+def test_image_values_read_large_binary_structs_and_missing_bytes() -> None:
+    from vlbench.data.sources.records import image_values
+
+    struct = pa.struct([("bytes", pa.large_binary()), ("path", pa.string())])
+    column = pa.array(
+        [{"bytes": b"abc", "path": "a"}, None, {"bytes": None, "path": "c"}, {"bytes": b""}],
+        struct,
+    )
+    values = image_values(column)
+    assert values[0].to_pylist() == [b"abc"] and values[1:] == [b"", b"", b""]

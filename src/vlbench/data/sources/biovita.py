@@ -33,10 +33,9 @@ from vlbench.data.hub_layout import split_files, split_patterns
 from vlbench.data.sources.hf_parquet import (
     check_columns,
     check_image_struct,
-    image_bytes,
     text_value,
 )
-from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
+from vlbench.data.sources.records import Candidates, ImageRecord, SourceData, image_values
 from vlbench.errors import VlbenchError
 
 SUBSETS = ("unseen_species", "unseen_genus")
@@ -140,12 +139,12 @@ def _images(files: list[Path], id_column: str, group_column: str) -> Iterator[Im
             batch_size=IMAGE_BATCH_ROWS, columns=["image", id_column, group_column]
         ):
             for image, item_id, taxon in zip(
-                batch.column("image").to_pylist(),
+                image_values(batch.column("image")),
                 batch.column(id_column).to_pylist(),
                 batch.column(group_column).to_pylist(),
                 strict=True,
             ):
-                yield ImageRecord(str(item_id), image_bytes(image), taxon, str(path))
+                yield ImageRecord(str(item_id), image, taxon, str(path))
 
 
 def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: str) -> SourceData:

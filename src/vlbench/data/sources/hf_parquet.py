@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.hub_layout import split_files, split_patterns
-from vlbench.data.sources.records import ImageRecord, SourceData
+from vlbench.data.sources.records import ImageRecord, SourceData, image_values
 from vlbench.errors import VlbenchError
 
 
@@ -33,13 +33,6 @@ def check_columns(path: Path, schema: pa.Schema, required: tuple[str, ...], what
             f"{path}: missing column(s) {', '.join(missing)} for {what} "
             f"(has: {', '.join(schema.names)})"
         )
-
-
-def image_bytes(value: dict[str, Any] | None) -> bytes:
-    """The encoded bytes of one Image struct value ("" when absent: reported as undecodable)."""
-    if value is None or not value.get("bytes"):
-        return b""
-    return value["bytes"]
 
 
 def text_value(value: Any, path: Path, column: str, row: int, what: str) -> str:
@@ -78,8 +71,8 @@ def read_paired_files(files: list[Path], caption_column: str = "caption") -> Sou
             source = open_parquet(path)
             row = 0
             for batch in source.iter_batches(batch_size=IMAGE_BATCH_ROWS, columns=["image"]):
-                for value in batch.column("image").to_pylist():
-                    yield ImageRecord(str(offset), image_bytes(value), None, f"{path}: row {row}")
+                for value in image_values(batch.column("image")):
+                    yield ImageRecord(str(offset), value, None, f"{path}: row {row}")
                     offset += 1
                     row += 1
 

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import io
 import re
 
 from PIL import Image
+
+from vlbench.data.sources.records import EncodedImage, encoded_size, open_encoded
 
 # PIL names the stream object in some messages ("cannot identify image file <_io.BytesIO object
 # at 0x7f...>"): the address would make the recorded reason differ from run to run.
@@ -20,25 +21,25 @@ def _reason(exc: Exception) -> str:
     return STREAM_REPR.sub("the image bytes", f"{type(exc).__name__}: {exc}").splitlines()[0][:200]
 
 
-def header_error(data: bytes) -> str | None:
+def header_error(data: EncodedImage) -> str | None:
     """None when `data` opens as an image PIL reads (format and size identified from the
     header; the pixels are not decoded), else a short reason."""
-    if not data:
+    if not encoded_size(data):
         return "no bytes"
     try:
-        with Image.open(io.BytesIO(data)):
+        with Image.open(open_encoded(data)):
             pass
     except Exception as exc:  # PIL raises many types for corrupt data
         return _reason(exc)
     return None
 
 
-def decode_error(data: bytes) -> str | None:
+def decode_error(data: EncodedImage) -> str | None:
     """None when `data` decodes as an image, else a short reason."""
-    if not data:
+    if not encoded_size(data):
         return "no bytes"
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(open_encoded(data)) as image:
             if image.format == "JPEG":
                 image.draft("RGB", DRAFT_SIZE)
             image.load()

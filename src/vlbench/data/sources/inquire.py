@@ -14,10 +14,9 @@ from vlbench.data.sources.hf_parquet import (
     check_columns,
     check_image_struct,
     hub_patterns,
-    image_bytes,
     text_value,
 )
-from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
+from vlbench.data.sources.records import Candidates, ImageRecord, SourceData, image_values
 from vlbench.errors import VlbenchError
 
 COLUMNS = ("image", "query", "relevant", "inat24_image_id", "supercategory")
@@ -67,13 +66,13 @@ def load(root: Path, source: dict[str, Any], benchmark: dict[str, Any], where: s
                 batch_size=IMAGE_BATCH_ROWS, columns=["image", "inat24_image_id"]
             ):
                 for image, image_id in zip(
-                    batch.column("image").to_pylist(),
+                    image_values(batch.column("image")),
                     batch.column("inat24_image_id").to_pylist(),
                     strict=True,
                 ):
                     if str(image_id) not in seen:
                         seen.add(str(image_id))
-                        yield ImageRecord(str(image_id), image_bytes(image), None, str(path))
+                        yield ImageRecord(str(image_id), image, None, str(path))
 
     info = {"n_queries": len(texts), "query_ids": "q<NNNN> in order of first appearance"}
     return SourceData(images(), texts, qrels, candidates, info)

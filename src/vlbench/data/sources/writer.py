@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlbench.atomic import atomic_path
+from vlbench.atomic import atomic_path, start_writeback
 from vlbench.data.canonical import (
     CANDIDATES_SCHEMA,
     IMAGE_BATCH_ROWS,
@@ -23,7 +23,13 @@ from vlbench.data.canonical import (
 )
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, policy_metadata
 from vlbench.data.sources.image_check import decode_error, header_error
-from vlbench.data.sources.records import Candidates, ImageRecord, SourceData
+from vlbench.data.sources.records import (
+    Candidates,
+    EncodedImage,
+    ImageRecord,
+    SourceData,
+    encoded_size,
+)
 from vlbench.data.sources.validate import (
     check_candidates,
     check_count,
@@ -41,7 +47,7 @@ ROW_GROUP_ROWS = 256
 # each image's header and the embedding job's decode, the one the models see, is the check: an
 # image that does not decode fails it naming the image (vlbench.embedding.loader.decode_image).
 # So the default path decodes every image once, not twice.
-IMAGE_CHECKS: dict[str, tuple[str, Callable[[bytes], str | None]]] = {
+IMAGE_CHECKS: dict[str, tuple[str, Callable[[EncodedImage], str | None]]] = {
     "fail": ("header", header_error),
     "skip": ("decode", decode_error),
 }
@@ -61,7 +67,7 @@ IMAGE_WRITE_OPTIONS: dict[str, Any] = {
 }
 
 # One image in source order: its record, its encoded bytes, and why it is left out (None: kept).
-Checked = tuple[ImageRecord, bytes, str | None]
+Checked = tuple[ImageRecord, EncodedImage, str | None]
 
 
 def _read_images(data: SourceData, where: str, seen: set[str]) -> Iterator[Checked]:
@@ -79,7 +85,9 @@ def _read_images(data: SourceData, where: str, seen: set[str]) -> Iterator[Check
 
 
 def _checked(
-    images: Iterator[Checked], threads: int, check: Callable[[bytes], str | None] = decode_error
+    images: Iterator[Checked],
+    threads: int,
+    check: Callable[[EncodedImage], str | None] = decode_error,
 ) -> Iterator[Checked]:
     """`images` in the same order, each readable one checked (`check`: its reason, or None).
 
@@ -91,13 +99,13 @@ def _checked(
         for record, encoded, reason in images:
             yield record, encoded, reason or check(encoded)
         return
-    window: deque[tuple[ImageRecord, bytes, str | None, Future[str | None] | None]] = deque()
+    window: deque[tuple[ImageRecord, EncodedImage, str | None, Future[str | None] | None]] = deque()
     held = 0  # encoded bytes in the window
 
     def settle() -> Checked:
         nonlocal held
         record, encoded, reason, check = window.popleft()
-        held -= len(encoded)
+        held -= encoded_size(encoded)
         return record, encoded, reason if check is None else check.result()
 
     pool = ThreadPoolExecutor(threads, thread_name_prefix="decode-check")
@@ -105,7 +113,7 @@ def _checked(
         for record, encoded, reason in images:
             future = None if reason else pool.submit(check, encoded)
             window.append((record, encoded, reason, future))
-            held += len(encoded)
+            held += encoded_size(encoded)
             while len(window) >= threads * CHECK_WINDOW_PER_THREAD or (
                 held >= CHECK_WINDOW_BYTES and len(window) > threads
             ):
@@ -122,13 +130,14 @@ def _stream_images(
     where: str,
     threads: int = 1,
     schema: pa.Schema = IMAGES_SCHEMA,
-    check: Callable[[bytes], str | None] = decode_error,
+    check: Callable[[EncodedImage], str | None] = decode_error,
+    row_group_written: Callable[[], object] = lambda: None,
 ) -> tuple[int, list[tuple[str, str]], list[str]]:
     """Write the images that pass `check` in row groups; return (seen, [(bad id, reason)],
     written ids).
 
     `threads` images are checked at once; the order, the ids and the reasons are those of a
-    one-thread check.
+    one-thread check. `row_group_written` is called after each row group is written.
     """
     seen: set[str] = set()
     bad: list[tuple[str, str]] = []
@@ -140,7 +149,8 @@ def _stream_images(
 
     def convert() -> None:
         if batch["image_id"]:
-            pending.append(pa.table(batch, schema=schema))
+            columns = {**batch, "image": _image_column(batch["image"])}
+            pending.append(pa.table(columns, schema=schema))
             for column in batch.values():
                 column.clear()
 
@@ -149,6 +159,7 @@ def _stream_images(
         if pending:
             writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
             pending.clear()
+            row_group_written()
 
     checked = _checked(_read_images(data, where, seen), threads, check)
     with contextlib.closing(checked):
@@ -166,6 +177,17 @@ def _stream_images(
                 convert()
     flush()
     return len(seen), bad, written
+
+
+def _image_column(images: list[EncodedImage]) -> list[EncodedImage] | pa.ChunkedArray:
+    """The image column of a batch: the bytes as given, or, where the source handed arrays,
+    the arrays chained without a copy (the parquet writer copies them once, into the file)."""
+    if not any(isinstance(image, pa.Array) for image in images):
+        return images
+    chunks = [
+        image if isinstance(image, pa.Array) else pa.array([image], pa.binary()) for image in images
+    ]
+    return pa.chunked_array(chunks, type=pa.binary())
 
 
 def _drop_images(data: SourceData, dropped: set[str], protocol: str) -> None:
@@ -243,7 +265,14 @@ def write_canonical(
         check_name, check = IMAGE_CHECKS[image_policy]
         with pq.ParquetWriter(images_tmp, schema, **IMAGE_WRITE_OPTIONS) as writer:
             n_source, bad, written = _stream_images(
-                data, writer, where, threads if check is decode_error else 1, schema, check
+                data,
+                writer,
+                where,
+                threads if check is decode_error else 1,
+                schema,
+                check,
+                # The file's bytes go to disk as it grows, not all at the fsync before its rename.
+                lambda: start_writeback(images_tmp),
             )
         if n_source == 0:
             raise VlbenchError(f"{where}: the benchmark has no images")
