@@ -20,19 +20,48 @@ from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
 
+# One batch of a shard's images: ("pixels", uint8 N x H x W x 3) or ("inputs", float32 inputs).
+Batch = tuple[str, torch.Tensor]
+
 
 def image_batches(
     model: EmbeddingModel, shard: Shard, settings: EmbedSettings, stats: dict[str, Any]
 ) -> Iterator[torch.Tensor]:
-    """The shard's images as float32 model inputs, batch by batch; `stats` says where from.
+    """The shard's images as float32 model inputs, batch by batch; `stats` says where from."""
+    pipeline = ImagePipeline.from_model(model)
+    pin = model.device.type == "cuda"
+    yield from model_inputs(pipeline, pixel_batches(pipeline, shard, settings, stats, pin))
+
+
+def model_inputs(pipeline: ImagePipeline, batches: Iterator[Batch]) -> Iterator[torch.Tensor]:
+    """Float32 model inputs of `pixel_batches`' batches, through `pipeline`'s tensor steps."""
+    inputs = None  # one float32 buffer for every batch: each is consumed before the next
+    for kind, batch in batches:
+        if kind == "inputs":
+            yield batch
+            continue
+        inputs = pipeline.to_model_input(batch, reuse=inputs)
+        yield inputs
+
+
+def pixel_batches(
+    pipeline: ImagePipeline,
+    shard: Shard,
+    settings: EmbedSettings,
+    stats: dict[str, Any],
+    pin: bool = False,
+) -> Iterator[Batch]:
+    """The shard's images batch by batch: ("pixels", uint8 N x H x W x 3) after `pipeline`'s
+    geometric steps, or ("inputs", float32 model inputs) when its preprocess cannot be split
+    (then every step ran in the decode). `stats` says where they came from; `pin`: pin the
+    decoded batches' memory (for a GPU).
 
     On a cache miss the job takes the shard's fill lock first: if another job is decoding the
     same rows, this one waits and reads them from the cache instead of decoding them again.
     """
-    pipeline = ImagePipeline.from_model(model)
     stats["pixel_geometry"] = pipeline.summary
     stats["decode_policy"] = read_policy(shard.source).as_dict()
-    decode = _Decode(pipeline, shard, settings, pin=model.device.type == "cuda")
+    decode = _Decode(pipeline, shard, settings, pin)
     if not (settings.pixel_cache and pipeline.cacheable):
         stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
         yield from decode.batches(None)
@@ -46,26 +75,21 @@ def image_batches(
     cached = cache.load(shard.start, shard.stop)
     if cached is not None:
         stats["pixel_cache"] = f"hit: {where}"
-        yield from _cached_batches(pipeline, cached, settings.batch_size)
+        yield from _cached_batches(cached, settings.batch_size)
         return
     with cache.filling(shard.start, shard.stop) as waited:
         cached = cache.load(shard.start, shard.stop)
         if cached is not None:
             stats["pixel_cache"] = f"hit after waiting {waited:.1f} s for another job: {where}"
-            yield from _cached_batches(pipeline, cached, settings.batch_size)
+            yield from _cached_batches(cached, settings.batch_size)
             return
         stats["pixel_cache"] = f"miss: wrote {where}"
         yield from decode.batches(cache)
 
 
-def _cached_batches(
-    pipeline: ImagePipeline, pixels: np.ndarray, batch_size: int
-) -> Iterator[torch.Tensor]:
-    inputs = None  # one float32 buffer for every batch: each is consumed before the next
+def _cached_batches(pixels: np.ndarray, batch_size: int) -> Iterator[Batch]:
     for begin in range(0, len(pixels), batch_size):
-        batch = np.array(pixels[begin : begin + batch_size])
-        inputs = pipeline.to_model_input(torch.from_numpy(batch), reuse=inputs)
-        yield inputs
+        yield "pixels", torch.from_numpy(np.array(pixels[begin : begin + batch_size]))
 
 
 class _Decode:
@@ -79,8 +103,9 @@ class _Decode:
         self.settings = settings
         self.pin = pin
 
-    def batches(self, cache: PixelCache | None) -> Iterator[torch.Tensor]:
-        """Model inputs of the shard's rows; with `cache`, its pixels are written there too."""
+    def batches(self, cache: PixelCache | None) -> Iterator[Batch]:
+        """The shard's rows as `pixel_batches` gives them; with `cache`, the pixels are
+        written there too."""
         shard, settings, pipeline = self.shard, self.settings, self.pipeline
         dataset = ImageChunks(
             shard.source,
@@ -91,16 +116,14 @@ class _Decode:
         chunks = stream_image_chunks(dataset, settings.decode_workers, self.pin)
         writer = PixelShardWriter(cache, shard.start, shard.stop) if cache is not None else None
         success = False
-        inputs = None  # one float32 buffer for every batch, as in _cached_batches
         try:
             for item in rebatch(chunks, settings.batch_size):
                 if "inputs" in item:
-                    yield item["inputs"]
+                    yield "inputs", item["inputs"]
                     continue
                 if writer is not None:
                     writer.append(item["pixels"].numpy())
-                inputs = pipeline.to_model_input(item["pixels"], reuse=inputs)
-                yield inputs
+                yield "pixels", item["pixels"]
             success = True
         finally:
             # Stop the decode workers now, not when the garbage collector gets to them: they

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from vlbench.data.canonical import ID_COLUMNS
-from vlbench.embedding.batches import image_batches
+from vlbench.embedding.batches import image_batches, pixel_batches
+from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import read_column_range
 from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
 from vlbench.embedding.settings import EmbedSettings
@@ -73,9 +75,7 @@ def embed_rows(
     """Embed a shard's rows: ids and L2-normalised float32 rows (`stats`: what the pass saw)."""
     stats = {} if stats is None else stats
     source, start, stop = shard.source, shard.start, shard.stop
-    ids = read_column_range(source, ID_COLUMNS[shard.modality], start, stop)
-    if len(ids) != stop - start:
-        raise VlbenchError(f"{source}: rows {start}-{stop} requested but the file has fewer rows")
+    ids = _shard_ids(shard)
     chunks: list[np.ndarray] = []
     try:
         with tqdm(
@@ -99,10 +99,23 @@ def embed_rows(
     except BadEmbeddings as error:
         done = sum(len(chunk) for chunk in chunks) if shard.modality == "image" else 0
         raise _named(error, model, shard, ids, done) from error
-    matrix = np.concatenate(chunks)
+    return ids, _checked_rows(np.concatenate(chunks), ids, shard)
+
+
+def _shard_ids(shard: Shard) -> list[str]:
+    """The shard's row ids (every row of its range must be there)."""
+    ids = read_column_range(shard.source, ID_COLUMNS[shard.modality], shard.start, shard.stop)
+    if len(ids) != shard.stop - shard.start:
+        raise VlbenchError(
+            f"{shard.source}: rows {shard.start}-{shard.stop} requested but the file has fewer rows"
+        )
+    return ids
+
+
+def _checked_rows(matrix: np.ndarray, ids: Sequence[str], shard: Shard) -> np.ndarray:
     if len(matrix) != len(ids):
-        raise VlbenchError(f"{source}: {len(matrix)} embeddings for {len(ids)} ids")
-    return ids, matrix
+        raise VlbenchError(f"{shard.source}: {len(matrix)} embeddings for {len(ids)} ids")
+    return matrix
 
 
 def _named(
@@ -128,6 +141,66 @@ def embed_shard(
     began = time.perf_counter()
     ids, matrix = embed_rows(model, shard, settings, stats)
     seconds = time.perf_counter() - began
+    record = _shard_record(model, model_record, shard, settings, seconds, stats)
+    return ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record
+
+
+def embed_images_together(
+    loaded: Sequence[tuple[EmbeddingModel, dict[str, Any]]],
+    pipelines: Sequence[ImagePipeline],
+    shard: Shard,
+    settings: EmbedSettings,
+) -> list[tuple[list[str], np.ndarray, dict[str, Any]]]:
+    """`embed_shard` of one image shard for several models whose pipelines share their
+    geometric steps, in one pass over the shard's pixels: each batch is decoded (or read from
+    the pixel cache) once and goes through every model, each with its own tensor steps. The
+    batches, and so every model's numbers, are those `embed_shard` gives it alone."""
+    stats: dict[str, Any] = {}
+    began = time.perf_counter()
+    ids = _shard_ids(shard)
+    chunks: list[list[np.ndarray]] = [[] for _ in loaded]
+    buffers: list[torch.Tensor | None] = [None for _ in loaded]
+    pin = any(model.device.type == "cuda" for model, _ in loaded)
+    done = 0
+    with tqdm(
+        total=shard.stop - shard.start,
+        desc=f"embed images {shard.start}-{shard.stop} ({len(loaded)} models)",
+        unit="image",
+        mininterval=5,
+        file=sys.stderr,
+    ) as progress:
+        for kind, batch in pixel_batches(pipelines[0], shard, settings, stats, pin):
+            if kind != "pixels":
+                raise ValueError("models embedded together need a cacheable geometry")
+            for number, ((model, _), pipeline) in enumerate(zip(loaded, pipelines, strict=True)):
+                buffers[number] = pipeline.to_model_input(batch, reuse=buffers[number])
+                try:
+                    chunks[number].append(model.encode_images(buffers[number]))
+                except BadEmbeddings as error:
+                    raise _named(error, model, shard, ids, done) from error
+            done += len(batch)
+            progress.update(len(batch))
+    seconds = time.perf_counter() - began
+    together = [record.get("model", {}).get("name") for _, record in loaded]
+    out = []
+    for (model, model_record), model_chunks in zip(loaded, chunks, strict=True):
+        matrix = _checked_rows(np.concatenate(model_chunks), ids, shard)
+        record = _shard_record(
+            model, model_record, shard, settings, seconds, {**stats, "embedded_with": together}
+        )
+        out.append((ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record))
+    return out
+
+
+def _shard_record(
+    model: EmbeddingModel,
+    model_record: dict[str, Any],
+    shard: Shard,
+    settings: EmbedSettings,
+    seconds: float,
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """A stored shard's provenance: the model, the rows, the pass's speed and what it saw."""
     rows = shard.stop - shard.start
     record = {
         **model_record,
@@ -144,4 +217,4 @@ def embed_shard(
         # Reference tokenizers cut longer texts at the context length; say how many it touched.
         record["texts_at_context_limit"] = model.texts_at_context_limit
         record["text_padding_trimmed"] = model.trims_text_padding(settings.trim_text_padding)
-    return ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record
+    return record

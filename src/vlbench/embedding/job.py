@@ -1,9 +1,10 @@
-"""The embed rule's work: every shard of both modalities of a benchmark through one model.
+"""The embed rule's work: every shard of both modalities of each (model, benchmark) of the job.
 
-Read top down: `run` (one (model, benchmark) of the job) plans each modality's shards and
-reuses every stored one whose content key still matches; each other shard goes through the
-loader and the model (`encode.embed_shard`) into the pair's resume folder
-(`shard_files.ShardStore`); the job's output is the pair's list of stored shards
+Read top down: `run_models` (the job's pairs) plans each modality's shards and reuses every
+stored one whose content key still matches; each other shard goes through the loader and the
+model (`encode.embed_shard`; an image shard once for every model of a wave that shares its
+pixels, `encode.embed_images_together`) into the pair's resume folder
+(`shard_files.ShardStore`); the job's output is each pair's list of stored shards
 (`shard_list`), which the pair's gather job turns into the matrices. So a killed job resumes
 shard by shard, an edited caption re-embeds only its text shard, and a job whose shards are all
 stored loads no model.
@@ -11,6 +12,7 @@ stored loads no model.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -22,8 +24,9 @@ from typing import Any
 
 import torch
 
-from vlbench.embedding.encode import embed_shard
+from vlbench.embedding.encode import embed_images_together, embed_shard
 from vlbench.embedding.gpu_slots import claim_gpu
+from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
 from vlbench.embedding.settings import EmbedSettings, result_settings
@@ -37,6 +40,12 @@ log = logging.getLogger("vlbench")
 # Texts first: while another job still decodes a shared pixel-cache shard, this job's text
 # forward overlaps that decode instead of waiting behind it.
 MODALITY_ORDER = ("text", "image")
+
+# The share of the device's memory the models of one wave may hold (`run_models`): a wave of
+# models embeds its image shards in one pass each.
+MODEL_MEMORY_SHARE = 0.25
+# Memory limits of the job's control group (v2, v1), where they exist ("max" fails to parse).
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 # A loaded model and its provenance record, loaded when first asked for.
 LoadModel = Callable[[], tuple[EmbeddingModel, dict[str, Any]]]
@@ -59,32 +68,138 @@ class EmbeddingJob:
     shard_list: Path
 
 
-def run(job: EmbeddingJob, model: ModelOnce | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Embed (or reuse) every shard of every modality and write the pair's list of stored
-    shards; return each modality's shard records. `model`: one already made for another
-    benchmark of the same model, loaded at most once for all of them."""
-    torch.set_num_threads(job.settings.threads)
-    model = model or ModelOnce(job.model, job.identity, job.settings.batch_size)
-    stored = {modality: store_modality(job, modality, model) for modality in MODALITY_ORDER}
-    write_shard_list(job.shard_list, job.identity, stored)
-    return {modality: [record for _, record in shards] for modality, shards in stored.items()}
+def run(job: EmbeddingJob) -> dict[str, list[dict[str, Any]]]:
+    """Embed (or reuse) every shard of every modality of one (model, benchmark) and write its
+    list of stored shards; return each modality's shard records (`run_models` of one pair)."""
+    pair = (str(job.model.get("name")), job.settings.benchmark)
+    return run_models({pair: job})[pair]
 
 
 def run_models(
     jobs: Mapping[tuple[str, str], EmbeddingJob],
 ) -> dict[tuple[str, str], dict[str, list[dict[str, Any]]]]:
-    """The (model, benchmark) pairs of one embed job (embedding.jobs), model by model: each
-    model is loaded once, the first time a shard of any of its benchmarks needs it, and let go
-    before the next; return each pair's records."""
+    """The (model, benchmark) pairs of one embed job (embedding.jobs); return each pair's
+    records.
+
+    Models are loaded once each, the first time a shard of any of their benchmarks needs them,
+    in waves: a wave takes models (embedding their texts as each loads) until they hold about
+    `MODEL_MEMORY_SHARE` of the device's memory; then each image shard of the wave's benchmarks
+    is decoded (or read from the pixel cache) once for every model of the wave that shares its
+    geometry (`store_images`), and the wave is let go before the next.
+    """
     results: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    wave: dict[str, ModelOnce] = {}
+    texts: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    held = 0
     for model_key in dict.fromkeys(model for model, _ in jobs):
         pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
         first = next(iter(pairs.values()))
+        torch.set_num_threads(first.settings.threads)
         model = ModelOnce(first.model, first.identity, first.settings.batch_size, model_key)
-        results.update({pair: run(job, model) for pair, job in pairs.items()})
-        del model
-        release_accelerator_memory()
+        wave[model_key] = model
+        texts.update({pair: store_modality(job, "text", model) for pair, job in pairs.items()})
+        if model.loaded is not None:
+            held += model_bytes(model.loaded[0])
+            if held >= memory_budget(model.loaded[0].device):
+                results.update(_finish_wave(jobs, wave, texts))
+                wave, held = {}, 0
+    if wave:
+        results.update(_finish_wave(jobs, wave, texts))
     return results
+
+
+def _finish_wave(
+    jobs: Mapping[tuple[str, str], EmbeddingJob],
+    wave: dict[str, ModelOnce],
+    texts: Mapping[tuple[str, str], list[tuple[str, dict[str, Any]]]],
+) -> dict[tuple[str, str], dict[str, list[dict[str, Any]]]]:
+    """Store the image shards of the wave's pairs, write each pair's list of stored shards and
+    let the wave's models go; return each pair's records."""
+    pairs = {pair: job for pair, job in jobs.items() if pair[0] in wave}
+    images = store_images(pairs, wave)
+    results = {}
+    for pair, job in pairs.items():
+        stored = {"text": texts[pair], "image": images[pair]}
+        write_shard_list(job.shard_list, job.identity, stored)
+        results[pair] = {kind: [record for _, record in got] for kind, got in stored.items()}
+    wave.clear()
+    release_accelerator_memory()
+    return results
+
+
+def store_images(
+    jobs: Mapping[tuple[str, str], EmbeddingJob], models: Mapping[str, LoadModel]
+) -> dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]:
+    """`store_modality` of the images of several (model, benchmark) pairs: each image shard no
+    pair has stored is embedded in one pass for every model that shares its pixels
+    (`pass_key`), through `encode.embed_images_together`; return each pair's shards."""
+    stored: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {pair: [] for pair in jobs}
+    by_source: dict[tuple[Path, int], list[tuple[str, str]]] = {}
+    for pair, job in jobs.items():
+        by_source.setdefault((job.sources["image"], job.settings.shard_size), []).append(pair)
+    for (source, shard_size), pairs in by_source.items():
+        for shard in plan_shards("image", source, shard_size):
+            passes: dict[Any, list[tuple[tuple[str, str], ShardStore]]] = {}
+            for pair in pairs:
+                job = jobs[pair]
+                store = ShardStore(job.resume_dir / "image", job.identity)
+                record = store.stored(shard)
+                if record is not None:
+                    log_shard(record, reused=True)
+                    stored[pair].append((f"image/{shard.name}", {**record, "reused": True}))
+                    continue
+                key = pass_key(models[pair[0]]()[0], job.settings)
+                passes.setdefault(key if key is not None else pair, []).append((pair, store))
+            for group in passes.values():
+                loaded = [models[pair[0]]() for pair, _ in group]
+                settings = jobs[group[0][0]].settings
+                if len(group) == 1:
+                    embedded = [embed_shard(*loaded[0], shard, settings)]
+                else:
+                    pipelines = [ImagePipeline.from_model(model) for model, _ in loaded]
+                    embedded = embed_images_together(loaded, pipelines, shard, settings)
+                for (pair, store), (ids, matrix, record) in zip(group, embedded, strict=True):
+                    record = store.save(shard, ids, matrix, record)
+                    log_shard(record, reused=False)
+                    stored[pair].append((f"image/{shard.name}", {**record, "reused": False}))
+    return stored
+
+
+def pass_key(model: EmbeddingModel, settings: EmbedSettings) -> tuple[Any, ...] | None:
+    """What an image pass depends on besides the shard: models with equal keys see the same
+    batches of the same pixels. None: the model's images go through a pass of their own (its
+    preprocess does not split into cacheable geometry, or the pixel cache is off)."""
+    pipeline = ImagePipeline.from_model(model)
+    if not (settings.pixel_cache and pipeline.cacheable):
+        return None
+    return (
+        pipeline.geometry_key(settings.draft_decode),
+        settings.batch_size,
+        settings.decode_workers,
+        settings.draft_decode,
+        settings.pixel_cache_dir,
+        settings.benchmark,
+        model.device.type,
+    )
+
+
+def model_bytes(model: EmbeddingModel) -> int:
+    """The bytes of a loaded model's parameters and buffers."""
+    tensors = [*model.model.parameters(), *model.model.buffers()]
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
+def memory_budget(device: torch.device) -> int:
+    """`MODEL_MEMORY_SHARE` of the device's memory: the GPU's, or this machine's (capped by the
+    job's cgroup limit, as on a cluster node)."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        for limit in CGROUP_MEMORY_LIMITS:
+            with contextlib.suppress(OSError, ValueError):
+                total = min(total, int(Path(limit).read_text().strip()))
+    return int(total * MODEL_MEMORY_SHARE)
 
 
 def release_accelerator_memory() -> None:
@@ -145,12 +260,14 @@ def log_shard(record: dict[str, Any], reused: bool) -> None:
     if reused:
         log.info("%s rows %d-%d: stored shard reused", modality, start, stop)
         return
+    together = record.get("embedded_with")
     log.info(
-        "%s rows %d-%d: %s items/s, pixel cache %s",
+        "%s rows %d-%d: %s items/s%s, pixel cache %s",
         modality,
         start,
         stop,
         record["items_per_second"],
+        f" (one pass for {len(together)} models)" if together else "",
         record.get("pixel_cache", "n/a"),
     )
     if record.get("texts_at_context_limit"):

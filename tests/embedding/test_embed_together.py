@@ -1,0 +1,123 @@
+"""Several models in one embed job: each image shard is decoded once for every model of a wave
+that shares its geometry, and every model's numbers are those it gets alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from embed_support import tiny_model, write_images, write_texts
+
+from vlbench.embedding import job as embedding_job
+from vlbench.embedding.job import EmbeddingJob, run_models
+from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings
+from vlbench.embedding.models import EmbeddingModel
+from vlbench.embedding.settings import EmbedSettings, result_settings
+from vlbench.embedding.shard_list import gather_pair, identity_digest
+
+ROWS = 11
+# Three models: two share their geometry (64 px, shortest side, bicubic) but not their
+# normalisation; the third resizes with another filter.
+MODELS = {
+    "a": {"seed": 1},
+    "b": {"seed": 2, "mean": (0.5, 0.4, 0.3), "std": (0.2, 0.3, 0.25)},
+    "c": {"seed": 3, "interpolation": "bilinear"},
+}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("bench")
+    write_images(directory / "images.parquet", ROWS, row_group_size=4)
+    write_texts(directory / "texts.parquet", ROWS, row_group_size=4)
+    return {"image": directory / "images.parquet", "text": directory / "texts.parquet"}
+
+
+def run(
+    keys: list[str], sources: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict, dict[str, dict[str, np.ndarray]], list[str]]:
+    """The models `keys` through one job's `run_models` (shards of 5 rows, batches of 4, pixel
+    cache under `out`); each pair's records, gathered matrices, and the models loaded."""
+    models: dict[str, EmbeddingModel] = {key: tiny_model(**MODELS[key]) for key in keys}
+    loads: list[str] = []
+
+    def load(spec, device=None):
+        loads.append(spec["key"])
+        return models[spec["key"]]
+
+    monkeypatch.setattr(embedding_job, "load_model", load)
+    settings = EmbedSettings.from_config(
+        "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), threads=1
+    )
+    jobs = {}
+    for key in keys:
+        spec = {"name": "vlbench-tiny", "key": key}
+        jobs[key, "bench"] = EmbeddingJob(
+            model=spec,
+            identity={"model": spec, "embedding": result_settings(settings)},
+            settings=settings,
+            sources=sources,
+            resume_dir=out / key / "shards",
+            shard_list=out / key / "shards.json",
+        )
+    records = run_models(jobs)
+    matrices = {}
+    for (key, _), job in jobs.items():
+        files = {modality: MatrixFiles.at(out / key / modality) for modality in ("image", "text")}
+        gather_pair(job.shard_list, identity_digest(job.identity), job.resume_dir, files)
+        matrices[key] = {
+            modality: load_embeddings(files[modality].embeddings, files[modality].ids)[0]
+            for modality in files
+        }
+    return records, matrices, loads
+
+
+def test_models_sharing_a_geometry_see_each_image_shard_in_one_pass(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records, together, loads = run(list(MODELS), sources, tmp_path / "together", monkeypatch)
+    assert loads == list(MODELS)  # each model loaded once
+    for key in MODELS:
+        _, alone, _ = run([key], sources, tmp_path / f"alone-{key}", monkeypatch)
+        for modality in ("image", "text"):
+            assert np.array_equal(together[key][modality], alone[key][modality]), (key, modality)
+    image_records = {key: records[key, "bench"]["image"] for key in MODELS}
+    assert [len(shards) for shards in image_records.values()] == [3, 3, 3]
+    for key in ("a", "b"):  # one pass for both: each decoded the shard, none read the cache
+        assert all(len(record["embedded_with"]) == 2 for record in image_records[key])
+        assert all(record["pixel_cache"].startswith("miss") for record in image_records[key])
+    assert not any("embedded_with" in record for record in image_records["c"])
+    # One pixel-cache folder per geometry, each shard written once.
+    folders = sorted((tmp_path / "together" / "pixels" / "bench").iterdir())
+    assert [len(list(folder.glob("rows-*.npy"))) for folder in folders] == [3, 3]
+
+
+def test_a_wave_ends_when_its_models_fill_the_memory_share(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, together, _ = run(["a", "b"], sources, tmp_path / "together", monkeypatch)
+    monkeypatch.setattr(embedding_job, "MODEL_MEMORY_SHARE", 0.0)  # a wave per model
+    records, waves, loads = run(["a", "b"], sources, tmp_path / "waves", monkeypatch)
+    assert loads == ["a", "b"]
+    image_records = [record for key in "ab" for record in records[key, "bench"]["image"]]
+    assert not any("embedded_with" in record for record in image_records)
+    # The second model read the shards the first one's pass wrote to the pixel cache.
+    assert all(r["pixel_cache"].startswith("hit") for r in records["b", "bench"]["image"])
+    for key in "ab":
+        for modality in ("image", "text"):
+            assert np.array_equal(waves[key][modality], together[key][modality])
+
+
+def test_the_memory_budget_is_a_share_of_the_machine_capped_by_the_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    physical = embedding_job.memory_budget(torch.device("cpu"))
+    limit = tmp_path / "memory.max"
+    limit.write_text("4000\n")
+    monkeypatch.setattr(embedding_job, "CGROUP_MEMORY_LIMITS", (str(limit), "/missing"))
+    assert embedding_job.memory_budget(torch.device("cpu")) == 1000
+    limit.write_text("max\n")  # no limit
+    assert embedding_job.memory_budget(torch.device("cpu")) == physical
