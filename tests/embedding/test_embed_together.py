@@ -121,3 +121,52 @@ def test_the_memory_budget_is_a_share_of_the_machine_capped_by_the_cgroup(
     assert embedding_job.memory_budget(torch.device("cpu")) == 1000
     limit.write_text("max\n")  # no limit
     assert embedding_job.memory_budget(torch.device("cpu")) == physical
+
+
+def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first model's first image pass starts decoding before the next model loads; when
+    that load fails, the decode workers stop and the pixel cache keeps no lock or partial."""
+    import multiprocessing
+
+    from vlbench.errors import VlbenchError
+
+    original = embedding_job.AheadPass.open
+    opened = []
+
+    def recording(pairs, model):
+        ahead = original(pairs, model)
+        opened.append(ahead)
+        return ahead
+
+    monkeypatch.setattr(embedding_job.AheadPass, "open", staticmethod(recording))
+    models = {"a": tiny_model(**MODELS["a"])}
+
+    def load(spec, device=None):
+        if spec["key"] not in models:
+            raise VlbenchError("weights missing")
+        return models[spec["key"]]
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        patch.setattr(embedding_job, "load_model", load)
+        settings = EmbedSettings.from_config(
+            "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), num_workers=1
+        )
+        jobs = {
+            (key, "bench"): EmbeddingJob(
+                model={"name": "vlbench-tiny", "key": key},
+                identity={"model": key, "embedding": result_settings(settings)},
+                settings=settings,
+                sources=sources,
+                resume_dir=out / key / "shards",
+                shard_list=out / key / "shards.json",
+            )
+            for key in ("a", "b")
+        }
+        with pytest.raises(VlbenchError, match=r"models\.b: weights missing"):
+            run_models(jobs)
+    assert opened[0] is not None and opened[0].pixels.stats["pixel_cache"].startswith("miss")
+    assert multiprocessing.active_children() == []
+    assert [path.name for path in (out / "pixels").rglob("*") if path.is_file()] == []

@@ -96,16 +96,21 @@ def reference_image_embeddings(
 
 
 def count_embedded_shards(monkeypatch) -> list[tuple[int, int]]:
-    """Record the (start, stop) rows of every shard an embedding job embeds from now on (the
-    stored shards it reuses are not embedded)."""
+    """Record the (start, stop) rows of every shard an embedding job embeds from now on, once
+    per model (the stored shards it reuses are not embedded)."""
     from vlbench.embedding import job as embedding_job
 
     embedded: list[tuple[int, int]] = []
-    original = embedding_job.embed_shard
+    alone, together = embedding_job.embed_shard, embedding_job.embed_images_together
 
     def counting(model, record, shard, settings):
         embedded.append((shard.start, shard.stop))
-        return original(model, record, shard, settings)
+        return alone(model, record, shard, settings)
+
+    def counting_together(loaded, pipelines, shard, settings, opened=None):
+        embedded.extend([(shard.start, shard.stop)] * len(loaded))
+        return together(loaded, pipelines, shard, settings, opened)
 
     monkeypatch.setattr(embedding_job, "embed_shard", counting)
+    monkeypatch.setattr(embedding_job, "embed_images_together", counting_together)
     return embedded

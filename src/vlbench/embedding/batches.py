@@ -6,7 +6,8 @@ from a decode, so the forward passes, and their numbers, are the same either way
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,13 @@ def image_batches(
 ) -> Iterator[torch.Tensor]:
     """The shard's images as float32 model inputs, batch by batch; `stats` says where from."""
     pipeline = ImagePipeline.from_model(model)
-    pin = model.device.type == "cuda"
-    yield from model_inputs(pipeline, pixel_batches(pipeline, shard, settings, stats, pin))
+    with PixelPass(pipeline, shard, settings, model.device.type == "cuda") as batches:
+        stats.update(batches.stats)
+        yield from model_inputs(pipeline, batches)
 
 
-def model_inputs(pipeline: ImagePipeline, batches: Iterator[Batch]) -> Iterator[torch.Tensor]:
-    """Float32 model inputs of `pixel_batches`' batches, through `pipeline`'s tensor steps."""
+def model_inputs(pipeline: ImagePipeline, batches: Iterable[Batch]) -> Iterator[torch.Tensor]:
+    """Float32 model inputs of a pass's batches, through `pipeline`'s tensor steps."""
     inputs = None  # one float32 buffer for every batch: each is consumed before the next
     for kind, batch in batches:
         if kind == "inputs":
@@ -44,100 +46,144 @@ def model_inputs(pipeline: ImagePipeline, batches: Iterator[Batch]) -> Iterator[
         yield inputs
 
 
-def pixel_batches(
-    pipeline: ImagePipeline,
-    shard: Shard,
-    settings: EmbedSettings,
-    stats: dict[str, Any],
-    pin: bool = False,
-) -> Iterator[Batch]:
-    """The shard's images batch by batch: ("pixels", uint8 N x H x W x 3) after `pipeline`'s
-    geometric steps, or ("inputs", float32 model inputs) when its preprocess cannot be split
-    (then every step ran in the decode). `stats` says where they came from; `pin`: pin the
-    decoded batches' memory (for a GPU).
+class PixelPass:
+    """One pass over a shard's images, batch by batch: ("pixels", uint8 N x H x W x 3) after
+    `pipeline`'s geometric steps, or ("inputs", float32 model inputs) when its preprocess cannot
+    be split (then every step ran in the decode). `stats` says where they come from; `pin`: pin
+    the decoded batches' memory (for a GPU).
 
-    On a cache miss the job takes the shard's fill lock first: if another job is decoding the
-    same rows, this one waits and reads them from the cache instead of decoding them again.
+    The pass opens when made: a pixel-cache hit is mapped, a miss takes the shard's fill lock
+    (if another job is decoding the same rows, this one waits and then reads them from the
+    cache) and starts the decode workers, which decode ahead while the caller does other work
+    before iterating. Iterate once; `close` (or the end of a `with` block) lets go of the lock
+    and the workers whether or not every batch was taken.
     """
-    stats["pixel_geometry"] = pipeline.summary
-    stats["decode_policy"] = read_policy(shard.source).as_dict()
-    decode = _Decode(pipeline, shard, settings, pin)
-    if not (settings.pixel_cache and pipeline.cacheable):
-        stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
-        yield from decode.batches(None)
-        return
-    key = pipeline.geometry_key(settings.draft_decode)
-    stats["geometry_key"] = key
-    cache = PixelCache(
-        settings.pixel_cache_dir, settings.benchmark, key, shard.source, shard.digest
-    )
-    where = cache.shard_path(shard.start, shard.stop)
-    cached = cache.load(shard.start, shard.stop)
-    if cached is not None:
-        stats["pixel_cache"] = f"hit: {where}"
-        yield from _cached_batches(cached, settings.batch_size)
-        return
-    with cache.filling(shard.start, shard.stop) as waited:
-        cached = cache.load(shard.start, shard.stop)
-        if cached is not None:
-            stats["pixel_cache"] = f"hit after waiting {waited:.1f} s for another job: {where}"
-            yield from _cached_batches(cached, settings.batch_size)
+
+    def __init__(
+        self, pipeline: ImagePipeline, shard: Shard, settings: EmbedSettings, pin: bool = False
+    ) -> None:
+        self.stats: dict[str, Any] = {
+            "pixel_geometry": pipeline.summary,
+            "decode_policy": read_policy(shard.source).as_dict(),
+        }
+        self._lock: contextlib.ExitStack | None = None
+        self._decode: _Decode | None = None
+        self._cached: np.ndarray | None = None
+        self._batch_size = settings.batch_size
+        if not (settings.pixel_cache and pipeline.cacheable):
+            self.stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
+            self._decode = _Decode(pipeline, shard, settings, pin, None)
             return
-        stats["pixel_cache"] = f"miss: wrote {where}"
-        yield from decode.batches(cache)
+        key = pipeline.geometry_key(settings.draft_decode)
+        self.stats["geometry_key"] = key
+        cache = PixelCache(
+            settings.pixel_cache_dir, settings.benchmark, key, shard.source, shard.digest
+        )
+        where = cache.shard_path(shard.start, shard.stop)
+        self._cached = cache.load(shard.start, shard.stop)
+        if self._cached is not None:
+            self.stats["pixel_cache"] = f"hit: {where}"
+            return
+        self._lock = contextlib.ExitStack()
+        try:
+            waited = self._lock.enter_context(cache.filling(shard.start, shard.stop))
+            self._cached = cache.load(shard.start, shard.stop)
+            if self._cached is not None:
+                self.stats["pixel_cache"] = (
+                    f"hit after waiting {waited:.1f} s for another job: {where}"
+                )
+                self.close()
+                return
+            self.stats["pixel_cache"] = f"miss: wrote {where}"
+            self._decode = _Decode(pipeline, shard, settings, pin, cache)
+        except BaseException:
+            self.close()
+            raise
 
+    def __iter__(self) -> Iterator[Batch]:
+        try:
+            if self._cached is not None:
+                pixels = self._cached
+                for begin in range(0, len(pixels), self._batch_size):
+                    batch = np.array(pixels[begin : begin + self._batch_size])
+                    yield "pixels", torch.from_numpy(batch)
+            elif self._decode is not None:
+                yield from self._decode.batches()
+        finally:
+            self.close()
 
-def _cached_batches(pixels: np.ndarray, batch_size: int) -> Iterator[Batch]:
-    for begin in range(0, len(pixels), batch_size):
-        yield "pixels", torch.from_numpy(np.array(pixels[begin : begin + batch_size]))
+    def close(self) -> None:
+        """Stop the decode workers (a partly filled cache shard is discarded) and let go of
+        the fill lock; idempotent."""
+        if self._decode is not None:
+            self._decode.finish()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> PixelPass:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Decode:
-    """Decoding a shard's rows through the DataLoader, optionally filling a pixel-cache shard."""
+    """Decoding a shard's rows through the DataLoader, optionally filling a pixel-cache shard;
+    the workers start when it is made."""
 
     def __init__(
-        self, pipeline: ImagePipeline, shard: Shard, settings: EmbedSettings, pin: bool
+        self,
+        pipeline: ImagePipeline,
+        shard: Shard,
+        settings: EmbedSettings,
+        pin: bool,
+        cache: PixelCache | None,
     ) -> None:
         self.pipeline = pipeline
-        self.shard = shard
         self.settings = settings
-        self.pin = pin
-
-    def batches(self, cache: PixelCache | None) -> Iterator[Batch]:
-        """The shard's rows as `pixel_batches` gives them; with `cache`, the pixels are
-        written there too."""
-        shard, settings, pipeline = self.shard, self.settings, self.pipeline
+        self.cache = cache
         dataset = ImageChunks(
             shard.source,
             plan_chunks(shard.source, shard.start, shard.stop, settings.batch_size),
             pipeline,
             draft=settings.draft_decode,
         )
-        chunks = stream_image_chunks(dataset, settings.decode_workers, self.pin)
-        writer = PixelShardWriter(cache, shard.start, shard.stop) if cache is not None else None
-        success = False
-        try:
-            for item in rebatch(chunks, settings.batch_size):
-                if "inputs" in item:
-                    yield "inputs", item["inputs"]
-                    continue
-                if writer is not None:
-                    writer.append(item["pixels"].numpy())
-                yield "pixels", item["pixels"]
-            success = True
-        finally:
-            # Stop the decode workers now, not when the garbage collector gets to them: they
-            # hold the cache's lock file open (a traceback keeps this frame's locals alive).
-            chunks.close()
-            if writer is not None and cache is not None and writer.close(success):
-                cache.describe(
-                    {
-                        "benchmark": settings.benchmark,
-                        **pipeline.summary,
-                        "steps": pipeline.geometry,
-                        "draft_decode": settings.draft_decode,
-                    }
-                )
+        self.chunks: Generator[dict[str, Any], None, None] | None = stream_image_chunks(
+            dataset, settings.decode_workers, pin
+        )
+        self.writer = PixelShardWriter(cache, shard.start, shard.stop) if cache else None
+        self.success = False
+
+    def batches(self) -> Iterator[Batch]:
+        """The shard's rows as `PixelPass` gives them; with a cache, the pixels are written
+        there too (and published by `finish` once every row is in)."""
+        assert self.chunks is not None, "a decode is iterated once"
+        for item in rebatch(self.chunks, self.settings.batch_size):
+            if "inputs" in item:
+                yield "inputs", item["inputs"]
+                continue
+            if self.writer is not None:
+                self.writer.append(item["pixels"].numpy())
+            yield "pixels", item["pixels"]
+        self.success = True
+
+    def finish(self) -> None:
+        """Stop the decode workers now, not when the garbage collector gets to them (they hold
+        the cache's lock file open), and publish the cache shard if it is complete."""
+        if self.chunks is None:
+            return
+        self.chunks.close()
+        self.chunks = None
+        if self.writer is not None and self.cache is not None and self.writer.close(self.success):
+            self.cache.describe(
+                {
+                    "benchmark": self.settings.benchmark,
+                    **self.pipeline.summary,
+                    "steps": self.pipeline.geometry,
+                    "draft_decode": self.settings.draft_decode,
+                }
+            )
 
 
 def rebatch(items: Iterator[dict[str, Any]], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from vlbench.data.canonical import ID_COLUMNS
-from vlbench.embedding.batches import image_batches, pixel_batches
+from vlbench.embedding.batches import PixelPass, image_batches
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import read_column_range
 from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
@@ -150,26 +150,30 @@ def embed_images_together(
     pipelines: Sequence[ImagePipeline],
     shard: Shard,
     settings: EmbedSettings,
+    opened: PixelPass | None = None,
 ) -> list[tuple[list[str], np.ndarray, dict[str, Any]]]:
-    """`embed_shard` of one image shard for several models whose pipelines share their
-    geometric steps, in one pass over the shard's pixels: each batch is decoded (or read from
-    the pixel cache) once and goes through every model, each with its own tensor steps. The
-    batches, and so every model's numbers, are those `embed_shard` gives it alone."""
-    stats: dict[str, Any] = {}
+    """`embed_shard` of one image shard for one or more models whose pipelines share their
+    geometric steps, in one pass over the shard's pixels (`opened`, when the job opened it
+    ahead): each batch is decoded (or read from the pixel cache) once and goes through every
+    model, each with its own tensor steps. The batches, and so every model's numbers, are those
+    `embed_shard` gives each model alone."""
     began = time.perf_counter()
     ids = _shard_ids(shard)
     chunks: list[list[np.ndarray]] = [[] for _ in loaded]
     buffers: list[torch.Tensor | None] = [None for _ in loaded]
     pin = any(model.device.type == "cuda" for model, _ in loaded)
     done = 0
-    with tqdm(
-        total=shard.stop - shard.start,
-        desc=f"embed images {shard.start}-{shard.stop} ({len(loaded)} models)",
-        unit="image",
-        mininterval=5,
-        file=sys.stderr,
-    ) as progress:
-        for kind, batch in pixel_batches(pipelines[0], shard, settings, stats, pin):
+    with (
+        opened or PixelPass(pipelines[0], shard, settings, pin) as pixel_pass,
+        tqdm(
+            total=shard.stop - shard.start,
+            desc=f"embed images {shard.start}-{shard.stop} ({len(loaded)} models)",
+            unit="image",
+            mininterval=5,
+            file=sys.stderr,
+        ) as progress,
+    ):
+        for kind, batch in pixel_pass:
             if kind != "pixels":
                 raise ValueError("models embedded together need a cacheable geometry")
             for number, ((model, _), pipeline) in enumerate(zip(loaded, pipelines, strict=True)):
@@ -181,13 +185,13 @@ def embed_images_together(
             done += len(batch)
             progress.update(len(batch))
     seconds = time.perf_counter() - began
-    together = [record.get("model", {}).get("name") for _, record in loaded]
+    stats = dict(pixel_pass.stats)
+    if len(loaded) > 1:
+        stats["embedded_with"] = [record.get("model", {}).get("name") for _, record in loaded]
     out = []
     for (model, model_record), model_chunks in zip(loaded, chunks, strict=True):
         matrix = _checked_rows(np.concatenate(model_chunks), ids, shard)
-        record = _shard_record(
-            model, model_record, shard, settings, seconds, {**stats, "embedded_with": together}
-        )
+        record = _shard_record(model, model_record, shard, settings, seconds, stats)
         out.append((ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record))
     return out
 

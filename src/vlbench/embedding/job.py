@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from vlbench.embedding.batches import PixelPass
 from vlbench.embedding.encode import embed_images_together, embed_shard
 from vlbench.embedding.gpu_slots import claim_gpu
 from vlbench.embedding.image_transform import ImagePipeline
@@ -91,20 +92,27 @@ def run_models(
     wave: dict[str, ModelOnce] = {}
     texts: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     held = 0
-    for model_key in dict.fromkeys(model for model, _ in jobs):
-        pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
-        first = next(iter(pairs.values()))
-        torch.set_num_threads(first.settings.threads)
-        model = ModelOnce(first.model, first.identity, first.settings.batch_size, model_key)
-        wave[model_key] = model
-        texts.update({pair: store_modality(job, "text", model) for pair, job in pairs.items()})
-        if model.loaded is not None:
-            held += model_bytes(model.loaded[0])
-            if held >= memory_budget(model.loaded[0].device):
-                results.update(_finish_wave(jobs, wave, texts))
-                wave, held = {}, 0
-    if wave:
-        results.update(_finish_wave(jobs, wave, texts))
+    ahead: AheadPass | None = None
+    try:
+        for model_key in dict.fromkeys(model for model, _ in jobs):
+            pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
+            first = next(iter(pairs.values()))
+            torch.set_num_threads(first.settings.threads)
+            model = ModelOnce(first.model, first.identity, first.settings.batch_size, model_key)
+            wave[model_key] = model
+            # The wave's first image pass starts decoding while the models load and embed texts.
+            ahead = ahead or AheadPass.open(pairs, model)
+            texts.update({pair: store_modality(job, "text", model) for pair, job in pairs.items()})
+            if model.loaded is not None:
+                held += model_bytes(model.loaded[0])
+                if held >= memory_budget(model.loaded[0].device):
+                    results.update(_finish_wave(jobs, wave, texts, ahead))
+                    wave, held, ahead = {}, 0, None
+        if wave:
+            results.update(_finish_wave(jobs, wave, texts, ahead))
+    finally:
+        if ahead is not None:
+            ahead.pixels.close()
     return results
 
 
@@ -112,11 +120,16 @@ def _finish_wave(
     jobs: Mapping[tuple[str, str], EmbeddingJob],
     wave: dict[str, ModelOnce],
     texts: Mapping[tuple[str, str], list[tuple[str, dict[str, Any]]]],
+    ahead: AheadPass | None,
 ) -> dict[tuple[str, str], dict[str, list[dict[str, Any]]]]:
     """Store the image shards of the wave's pairs, write each pair's list of stored shards and
     let the wave's models go; return each pair's records."""
     pairs = {pair: job for pair, job in jobs.items() if pair[0] in wave}
-    images = store_images(pairs, wave)
+    try:
+        images = store_images(pairs, wave, ahead)
+    finally:
+        if ahead is not None:  # not taken (no model needed its shard after all)
+            ahead.pixels.close()
     results = {}
     for pair, job in pairs.items():
         stored = {"text": texts[pair], "image": images[pair]}
@@ -127,12 +140,54 @@ def _finish_wave(
     return results
 
 
+@dataclass
+class AheadPass:
+    """An image pass opened before the models that take it are all loaded: the pass of the
+    first image shard a wave's first model needs, decoding while the wave loads."""
+
+    source: Path
+    shard: int
+    key: tuple[Any, ...]
+    pixels: PixelPass
+
+    @classmethod
+    def open(
+        cls, pairs: Mapping[tuple[str, str], EmbeddingJob], model: LoadModel
+    ) -> AheadPass | None:
+        """The pass of the first image shard of `pairs` not stored yet (loading the model to
+        learn its geometry), or None when there is none or its pixels cannot be shared."""
+        for job in pairs.values():
+            store = ShardStore(job.resume_dir / "image", job.identity)
+            source = job.sources["image"]
+            for shard in plan_shards("image", source, job.settings.shard_size):
+                if store.stored(shard) is not None:
+                    continue
+                loaded = model()[0]
+                key = pass_key(loaded, job.settings)
+                if key is None:
+                    return None
+                pipeline = ImagePipeline.from_model(loaded)
+                pin = loaded.device.type == "cuda"
+                return cls(source, shard.index, key, PixelPass(pipeline, shard, job.settings, pin))
+        return None
+
+    def take(self, source: Path, shard: int, key: tuple[Any, ...] | None) -> PixelPass | None:
+        """The opened pass if it is the one asked for (once), else None."""
+        if (source, shard, key) != (self.source, self.shard, self.key):
+            return None
+        self.key = ()  # taken
+        return self.pixels
+
+
 def store_images(
-    jobs: Mapping[tuple[str, str], EmbeddingJob], models: Mapping[str, LoadModel]
+    jobs: Mapping[tuple[str, str], EmbeddingJob],
+    models: Mapping[str, LoadModel],
+    ahead: AheadPass | None = None,
 ) -> dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]:
     """`store_modality` of the images of several (model, benchmark) pairs: each image shard no
     pair has stored is embedded in one pass for every model that shares its pixels
-    (`pass_key`), through `encode.embed_images_together`; return each pair's shards."""
+    (`pass_key`), through `encode.embed_images_together` (`ahead`: a pass opened already);
+    return each pair's shards."""
     stored: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {pair: [] for pair in jobs}
     by_source: dict[tuple[Path, int], list[tuple[str, str]]] = {}
     for pair, job in jobs.items():
@@ -150,14 +205,15 @@ def store_images(
                     continue
                 key = pass_key(models[pair[0]]()[0], job.settings)
                 passes.setdefault(key if key is not None else pair, []).append((pair, store))
-            for group in passes.values():
+            for key, group in passes.items():
                 loaded = [models[pair[0]]() for pair, _ in group]
                 settings = jobs[group[0][0]].settings
-                if len(group) == 1:
+                opened = ahead.take(source, shard.index, key) if ahead else None
+                if len(group) == 1 and opened is None:
                     embedded = [embed_shard(*loaded[0], shard, settings)]
                 else:
                     pipelines = [ImagePipeline.from_model(model) for model, _ in loaded]
-                    embedded = embed_images_together(loaded, pipelines, shard, settings)
+                    embedded = embed_images_together(loaded, pipelines, shard, settings, opened)
                 for (pair, store), (ids, matrix, record) in zip(group, embedded, strict=True):
                     record = store.save(shard, ids, matrix, record)
                     log_shard(record, reused=False)

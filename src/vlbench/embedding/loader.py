@@ -9,7 +9,7 @@ memory of one batch is reused for the next instead of a fresh buffer per row gro
 from __future__ import annotations
 
 import io
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,10 @@ from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.errors import VlbenchError
+
+# Chunks each decode worker decodes ahead: enough to keep decoding while the job loads the
+# other models of a wave and embeds their texts (a few seconds) before it takes the first one.
+PREFETCH_CHUNKS = 4
 
 
 @dataclass(frozen=True)
@@ -208,17 +212,22 @@ class RowGroupCursor:
 def stream_image_chunks(
     dataset: ImageChunks, num_workers: int, pin_memory: bool
 ) -> Generator[dict[str, Any], None, None]:
-    """Yield the dataset's chunks in order, decoded by `num_workers` worker processes."""
+    """The dataset's chunks in order, decoded by `num_workers` worker processes, which start
+    at the call (and decode up to PREFETCH_CHUNKS chunks each before the first is taken)."""
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,
         pin_memory=pin_memory,
-        prefetch_factor=2 if num_workers > 0 else None,
+        prefetch_factor=PREFETCH_CHUNKS if num_workers > 0 else None,
         persistent_workers=False,
     )
-    for item in loader:
+    return _checked(iter(loader))
+
+
+def _checked(chunks: Iterator[dict[str, Any]]) -> Generator[dict[str, Any], None, None]:
+    for item in chunks:
         if "error" in item:
             raise VlbenchError(item["error"])
         yield item
