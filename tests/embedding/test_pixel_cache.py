@@ -104,10 +104,8 @@ def test_embeddings_through_cache_equal_reference_bitwise(
     model = tiny_model()
     reference = reference_image_embeddings(model, images, batch_size=4)
     off = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path, pixel_cache=False))[1]
-    stats_cold: dict = {}
-    cold = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats_cold)[1]
-    stats_warm: dict = {}
-    ids, warm = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats_warm)
+    _, cold, stats_cold = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
+    ids, warm, stats_warm = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
     assert stats_cold["pixel_cache"].startswith("miss")
     assert stats_warm["pixel_cache"].startswith("hit")
     assert ids == [f"img-{row:04d}" for row in range(ROWS)]
@@ -123,7 +121,7 @@ def test_worker_processes_keep_row_order(
     model = tiny_model()
     reference = reference_image_embeddings(model, images[5:19], batch_size=4)
     run = settings(tmp_path, num_workers=2, pixel_cache=False)
-    ids, matrix = embed_rows(model, rows(source, 5, 19), run)
+    ids, matrix, _ = embed_rows(model, rows(source, 5, 19), run)
     assert ids == [f"img-{row:04d}" for row in range(5, 19)]
     assert np.array_equal(matrix, reference)
 
@@ -137,8 +135,7 @@ def test_models_sharing_a_geometry_share_the_cache_and_keep_their_own_normalisat
     key_first = ImagePipeline.from_model(first).geometry_key(draft=False)
     assert key_first == ImagePipeline.from_model(second).geometry_key(draft=False)
     embed_rows(first, rows(source, 0, ROWS), settings(tmp_path))
-    stats: dict = {}
-    matrix = embed_rows(second, rows(source, 0, ROWS), settings(tmp_path), stats)[1]
+    _, matrix, stats = embed_rows(second, rows(source, 0, ROWS), settings(tmp_path))
     assert stats["pixel_cache"].startswith("hit")
     assert np.array_equal(matrix, reference_image_embeddings(second, images, batch_size=4))
     cache = PixelCache(tmp_path, "bench", key_first, source)
@@ -156,21 +153,20 @@ def test_a_job_needing_a_shard_another_job_is_decoding_waits_and_reads_it(
     filled = tmp_path / "filled"
     embed_rows(model, rows(source, 0, ROWS), settings(filled))  # the first job's result
     made = PixelCache(filled, "bench", key, source).shard_path(0, ROWS)
-    stats: dict = {}
     result: list = []
     second = threading.Thread(
         target=lambda: result.append(
-            embed_rows(model, rows(source, 0, ROWS), settings(tmp_path / "shared"), stats)
+            embed_rows(model, rows(source, 0, ROWS), settings(tmp_path / "shared"))
         )
     )
     with cache.filling(0, ROWS):  # the first job holds the shard while it decodes
         second.start()
         second.join(timeout=1.0)
-        assert second.is_alive() and "pixel_cache" not in stats  # waiting, not decoding
+        assert second.is_alive() and result == []  # waiting, not decoding
         shutil.copyfile(sidecar(made), sidecar(cache.shard_path(0, ROWS)))  # its digest first
         shutil.copyfile(made, cache.shard_path(0, ROWS))
     second.join(timeout=60)
-    assert stats["pixel_cache"].startswith("hit after waiting")
+    assert result[0].stats["pixel_cache"].startswith("hit after waiting")
     reference = reference_image_embeddings(model, images, batch_size=4)
     assert np.array_equal(result[0][1], reference)
 
@@ -196,8 +192,7 @@ def test_unknown_preprocess_falls_back_to_the_full_transform(
     model.preprocess.transforms = [*steps[:1], lambda image: image.rotate(90), *steps[1:]]
     pipeline = ImagePipeline.from_model(model)
     assert not pipeline.cacheable
-    stats: dict = {}
-    matrix = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path), stats)[1]
+    _, matrix, stats = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
     assert stats["pixel_cache"].startswith("off: unknown preprocess step")
     assert np.array_equal(matrix, reference_image_embeddings(model, images, batch_size=4))
     assert not list(tmp_path.rglob("*.npy"))
@@ -319,8 +314,7 @@ def test_stale_partial_of_a_killed_build_is_removed_by_the_next_build(
     assert killed.returncode == -9, killed.stderr
     [stale] = partials(tmp_path)
     assert stale.name.startswith(f".{cache.shard_path(0, ROWS).name}.")
-    stats: dict = {}
-    embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path), stats)
+    stats = embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path)).stats
     assert stats["pixel_cache"].startswith("miss")
     assert partials(tmp_path) == []
     assert cache.load(0, ROWS) is not None

@@ -346,10 +346,9 @@ def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_pat
     # Encoded row by row in file order, some copies come out different: the fixture is sharp.
     batched = np.concatenate([model.encode_texts(texts[i : i + 5]) for i in range(0, 54, 5)])
     assert not np.array_equal(batched, batched[first])
-    stats: dict = {}
     settings = EmbedSettings.from_config("bench", batch_size=5)
     shard = Shard("text", source, 0, 0, len(texts))
-    got_ids, matrix = embed_rows(model, shard, settings, stats)
+    got_ids, matrix, stats = embed_rows(model, shard, settings)
     assert got_ids == ids and stats["distinct_texts"] == len(base)
     assert np.array_equal(matrix, matrix[first])
     distinct = np.concatenate([model.encode_texts(base[i : i + 5]) for i in range(0, 23, 5)])

@@ -13,26 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlbench.data.decode_policy import read_policy
+from vlbench.data.decode_policy import DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import ImageChunks, plan_chunks, stream_image_chunks
-from vlbench.embedding.models import EmbeddingModel
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
 
 # One batch of a shard's images: ("pixels", uint8 N x H x W x 3) or ("inputs", float32 inputs).
 Batch = tuple[str, torch.Tensor]
-
-
-def image_batches(
-    model: EmbeddingModel, shard: Shard, settings: EmbedSettings, stats: dict[str, Any]
-) -> Iterator[torch.Tensor]:
-    """The shard's images as float32 model inputs, batch by batch; `stats` says where from."""
-    pipeline = ImagePipeline.from_model(model)
-    with PixelPass(pipeline, shard, settings, model.device.type == "cuda") as batches:
-        stats.update(batches.stats)
-        yield from model_inputs(pipeline, batches)
 
 
 def model_inputs(pipeline: ImagePipeline, batches: Iterable[Batch]) -> Iterator[torch.Tensor]:
@@ -62,9 +51,10 @@ class PixelPass:
     def __init__(
         self, pipeline: ImagePipeline, shard: Shard, settings: EmbedSettings, pin: bool = False
     ) -> None:
+        policy = read_policy(shard.source)  # read once for the cache and the decode
         self.stats: dict[str, Any] = {
             "pixel_geometry": pipeline.summary,
-            "decode_policy": read_policy(shard.source).as_dict(),
+            "decode_policy": policy.as_dict(),
         }
         self._lock: contextlib.ExitStack | None = None
         self._decode: _Decode | None = None
@@ -72,12 +62,12 @@ class PixelPass:
         self._batch_size = settings.batch_size
         if not (settings.pixel_cache and pipeline.cacheable):
             self.stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
-            self._decode = _Decode(pipeline, shard, settings, pin, None)
+            self._decode = _Decode(pipeline, shard, settings, pin, None, policy)
             return
         key = pipeline.geometry_key(settings.draft_decode)
         self.stats["geometry_key"] = key
         cache = PixelCache(
-            settings.pixel_cache_dir, settings.benchmark, key, shard.source, shard.digest
+            settings.pixel_cache_dir, settings.benchmark, key, shard.source, shard.digest, policy
         )
         where = cache.shard_path(shard.start, shard.stop)
         self._cached = cache.load(shard.start, shard.stop)
@@ -95,7 +85,7 @@ class PixelPass:
                 self.close()
                 return
             self.stats["pixel_cache"] = f"miss: wrote {where}"
-            self._decode = _Decode(pipeline, shard, settings, pin, cache)
+            self._decode = _Decode(pipeline, shard, settings, pin, cache, policy)
         except BaseException:
             self.close()
             raise
@@ -139,6 +129,7 @@ class _Decode:
         settings: EmbedSettings,
         pin: bool,
         cache: PixelCache | None,
+        policy: DecodePolicy,
     ) -> None:
         self.pipeline = pipeline
         self.settings = settings
@@ -148,6 +139,7 @@ class _Decode:
             plan_chunks(shard.source, shard.start, shard.stop, settings.batch_size),
             pipeline,
             draft=settings.draft_decode,
+            policy=policy,
         )
         self.chunks: Generator[dict[str, Any], None, None] | None = stream_image_chunks(
             dataset, settings.decode_workers, pin

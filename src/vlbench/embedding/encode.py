@@ -8,14 +8,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from vlbench.data.canonical import ID_COLUMNS
-from vlbench.embedding.batches import PixelPass, image_batches
+from vlbench.embedding.batches import PixelPass, model_inputs
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import read_column_range
 from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
@@ -66,14 +66,18 @@ def encode_distinct_texts(
     return np.concatenate(encoded)[rows], len(distinct)
 
 
-def embed_rows(
-    model: EmbeddingModel,
-    shard: Shard,
-    settings: EmbedSettings,
-    stats: dict[str, Any] | None = None,
-) -> tuple[list[str], np.ndarray]:
-    """Embed a shard's rows: ids and L2-normalised float32 rows (`stats`: what the pass saw)."""
-    stats = {} if stats is None else stats
+class EmbeddedRows(NamedTuple):
+    """A shard's ids, their L2-normalised float32 rows, and what the pass saw."""
+
+    ids: list[str]
+    matrix: np.ndarray
+    stats: dict[str, Any]
+
+
+def embed_rows(model: EmbeddingModel, shard: Shard, settings: EmbedSettings) -> EmbeddedRows:
+    """Embed a shard's rows: ids, L2-normalised float32 rows, and where the pixels came from
+    (images) or how many texts were distinct (texts)."""
+    stats: dict[str, Any] = {}
     source, start, stop = shard.source, shard.start, shard.stop
     ids = _shard_ids(shard)
     chunks: list[np.ndarray] = []
@@ -86,9 +90,12 @@ def embed_rows(
             file=sys.stderr,
         ) as progress:
             if shard.modality == "image":
-                for inputs in image_batches(model, shard, settings, stats):
-                    chunks.append(model.encode_images(inputs))
-                    progress.update(len(inputs))
+                pipeline = ImagePipeline.from_model(model)
+                with PixelPass(pipeline, shard, settings, model.device.type == "cuda") as pixels:
+                    stats.update(pixels.stats)
+                    for inputs in model_inputs(pipeline, pixels):
+                        chunks.append(model.encode_images(inputs))
+                        progress.update(len(inputs))
             else:
                 texts = read_column_range(source, "text", start, stop)
                 matrix, distinct = encode_distinct_texts(
@@ -99,7 +106,7 @@ def embed_rows(
     except BadEmbeddings as error:
         done = sum(len(chunk) for chunk in chunks) if shard.modality == "image" else 0
         raise _named(error, model, shard, ids, done) from error
-    return ids, _checked_rows(np.concatenate(chunks), ids, shard)
+    return EmbeddedRows(ids, _checked_rows(np.concatenate(chunks), ids, shard), stats)
 
 
 def _shard_ids(shard: Shard) -> list[str]:
@@ -137,9 +144,8 @@ def embed_shard(
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """Embed a shard: ids, the matrix in its storage dtype, and its provenance record
     (`model_record`: what the model is, from `vlbench.embedding.job.model_record`)."""
-    stats: dict[str, Any] = {}
     began = time.perf_counter()
-    ids, matrix = embed_rows(model, shard, settings, stats)
+    ids, matrix, stats = embed_rows(model, shard, settings)
     seconds = time.perf_counter() - began
     record = _shard_record(model, model_record, shard, settings, seconds, stats)
     return ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record

@@ -40,7 +40,7 @@ from vlbench.atomic import (
     sweep_partials,
     write_text,
 )
-from vlbench.data.decode_policy import LEGACY, read_policy
+from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
 from vlbench.hashing import remove_with_sidecar, sidecar_mismatch, write_sidecar
 
 LOG = logging.getLogger("vlbench")
@@ -71,10 +71,12 @@ class PixelCache:
         geometry_key: str,
         source: str | Path,
         rows_digest: str = "",
+        policy: DecodePolicy | None = None,
     ) -> None:
-        # The decode policy the source was prepared with changes the pixels: it is part of the
-        # folder's name (files of the legacy policy keep the names they had before policies).
-        self.policy = read_policy(source)
+        # The decode policy the source was prepared with (`policy`, when read already) changes
+        # the pixels: it is part of the folder's name (files of the legacy policy keep the names
+        # they had before policies).
+        self.policy = read_policy(source) if policy is None else policy
         decode = "" if self.policy == LEGACY else f"-{self.policy.label}"
         self.directory = (
             Path(root) / benchmark / f"{geometry_key}{decode}-{source_fingerprint(source)}"
