@@ -170,3 +170,24 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
     assert opened[0] is not None and opened[0].pixels.stats["pixel_cache"].startswith("miss")
     assert multiprocessing.active_children() == []
     assert [path.name for path in (out / "pixels").rglob("*") if path.is_file()] == []
+
+
+def test_the_adapters_import_ahead_and_no_thread_outlives_the_job(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from vlbench.embedding.models import dispatch
+
+    started = []
+    original = dispatch.import_adapters_ahead
+
+    def recording(specs):
+        thread = original(specs)
+        started.append(thread)
+        return thread
+
+    monkeypatch.setattr(embedding_job, "import_adapters_ahead", recording)
+    run(["a"], sources, tmp_path / "out", monkeypatch)
+    assert len(started) == 1 and not started[0].is_alive()
+    assert "adapter-imports" not in [thread.name for thread in threading.enumerate()]

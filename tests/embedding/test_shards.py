@@ -381,3 +381,21 @@ def test_identical_texts_in_different_shards_get_one_embedding(tmp_path: Path) -
     record = json.loads((tmp_path / "emb" / "text.json").read_text())
     assert record["duplicate_text_rows_unified"] == differing
     assert np.array_equal(matrix[: len(base)], stored[: len(base)])
+
+
+def test_shard_digests_hash_each_rows_id_length_and_payload(tmp_path: Path) -> None:
+    """The digest formula stored shards are keyed by (a change would re-embed every stored
+    shard): sha256 over each row's `id \\0 length \\0 payload`, missing payloads empty."""
+    import hashlib
+
+    images = [b"\x01" * 10, b"", b"\x02" * 5000, None]
+    path = tmp_path / "images.parquet"
+    pq.write_table(pa.table({"image_id": list("abcd"), "image": images}), path)
+    expected = []
+    for rows in ([0, 1], [2, 3]):
+        digest = hashlib.sha256()
+        for row in rows:
+            data = images[row] or b""
+            digest.update(f"{'abcd'[row]}\0{len(data)}\0".encode() + data)
+        expected.append(digest.hexdigest()[:24])
+    assert [shard.digest for shard in plan_shards("image", path, 2)] == expected

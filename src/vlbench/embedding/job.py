@@ -17,6 +17,7 @@ import gc
 import logging
 import os
 import platform
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,12 @@ from vlbench.embedding.encode import embed_images_together, embed_shard
 from vlbench.embedding.gpu_slots import claim_gpu
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.matrix_files import MatrixFiles
-from vlbench.embedding.models import EmbeddingModel, load_model, model_provenance
+from vlbench.embedding.models import (
+    EmbeddingModel,
+    import_adapters_ahead,
+    load_model,
+    model_provenance,
+)
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
@@ -93,12 +99,15 @@ def run_models(
     texts: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     held = 0
     ahead: AheadPass | None = None
+    imports = import_adapters_ahead(job.model for job in jobs.values())
     try:
         for model_key in dict.fromkeys(model for model, _ in jobs):
             pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
             first = next(iter(pairs.values()))
             torch.set_num_threads(first.settings.threads)
-            model = ModelOnce(first.model, first.identity, first.settings.batch_size, model_key)
+            model = ModelOnce(
+                first.model, first.identity, first.settings.batch_size, model_key, imports
+            )
             wave[model_key] = model
             # The wave's first image pass starts decoding while the models load and embed texts.
             ahead = ahead or AheadPass.open(pairs, model)
@@ -113,6 +122,7 @@ def run_models(
     finally:
         if ahead is not None:
             ahead.pixels.close()
+        imports.join()
     return results
 
 
@@ -339,8 +349,14 @@ class ModelOnce:
     needs it, then kept."""
 
     def __init__(
-        self, spec: dict[str, Any], identity: dict[str, Any], batch_size: int, key: str = ""
+        self,
+        spec: dict[str, Any],
+        identity: dict[str, Any],
+        batch_size: int,
+        key: str = "",
+        imports: threading.Thread | None = None,
     ) -> None:
+        self.imports = imports  # the adapters' modules being imported ahead, joined before a load
         self.spec = spec
         self.identity = identity
         self.batch_size = batch_size
@@ -349,6 +365,8 @@ class ModelOnce:
 
     def __call__(self) -> tuple[EmbeddingModel, dict[str, Any]]:
         if self.loaded is None:
+            if self.imports is not None:
+                self.imports.join()
             # Locally Snakemake sets no CUDA_VISIBLE_DEVICES: lock a GPU of our own first.
             log.info(claim_gpu().describe())
             try:

@@ -50,6 +50,14 @@ def shard_ranges(rows: int, shard_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + shard_size, rows)) for start in range(0, rows, shard_size)]
 
 
+def _payloads(column: pa.Array) -> list[bytes | pa.Buffer]:
+    """Each row's payload as bytes: a text encoded, an image's bytes as a view of the column
+    (no copy), b"" where missing."""
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return [value.as_buffer() if value.is_valid else b"" for value in column]
+    return [(value or "").encode() for value in column.to_pylist()]
+
+
 def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list[str]:
     """sha256 of each row range's content: every row's id and payload (the first two columns
     of a canonical images or texts parquet: encoded image bytes, or the exact text), and the
@@ -69,10 +77,11 @@ def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list
     row, shard = 0, 0
     columns = [id_column, payload_column]
     for batch in parquet.iter_batches(batch_size=IMAGE_BATCH_ROWS, columns=columns):
-        for item_id, payload in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+        for item_id, data in zip(
+            batch.column(0).to_pylist(), _payloads(batch.column(1)), strict=True
+        ):
             while row >= ranges[shard][1]:
                 shard += 1
-            data = payload.encode() if isinstance(payload, str) else bytes(payload or b"")
             digests[shard].update(f"{item_id}\0{len(data)}\0".encode())
             digests[shard].update(data)
             row += 1

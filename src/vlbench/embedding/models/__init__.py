@@ -22,6 +22,7 @@ _HOMES = {
     "pick_device": "base",
     "ADAPTERS": "dispatch",
     "hub_pins": "dispatch",
+    "import_adapters_ahead": "dispatch",
     "load_model": "dispatch",
     "local_paths": "dispatch",
     "unpinned": "dispatch",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +91,22 @@ def adapter_of(spec: Mapping[str, Any]) -> Adapter:
             f"model {spec.get('name')}: adapter must be one of {', '.join(ADAPTERS)}, not {name!r}"
         )
     return ADAPTERS[name]
+
+
+def import_adapters_ahead(specs: Iterable[Mapping[str, Any]]) -> threading.Thread:
+    """Start importing the modules of the specs' adapters (open_clip, transformers: seconds) on
+    a thread, so that they load while the job plans and hashes its shards; join it before the
+    first `load_model`. An import that fails there fails again, with its message, in the load."""
+
+    def run(modules: list[str]) -> None:
+        for module in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
+
+    modules = sorted({f"vlbench.embedding.models.{adapter_of(spec).module}" for spec in specs})
+    thread = threading.Thread(target=run, args=(modules,), name="adapter-imports")
+    thread.start()
+    return thread
 
 
 def load_model(spec: Mapping[str, Any], device: torch.device | None = None) -> EmbeddingModel:
