@@ -191,3 +191,24 @@ def test_the_adapters_import_ahead_and_no_thread_outlives_the_job(
     run(["a"], sources, tmp_path / "out", monkeypatch)
     assert len(started) == 1 and not started[0].is_alive()
     assert "adapter-imports" not in [thread.name for thread in threading.enumerate()]
+
+
+def test_a_damaged_stored_image_shard_is_checked_once_and_embedded_again(
+    sources: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    out = tmp_path / "out"
+    _, first, _ = run(["a", "b"], sources, out, monkeypatch)
+    damaged = out / "a" / "shards" / "image" / "shard-00001.npy"
+    damaged.write_bytes(damaged.read_bytes()[:-8] + b"\0" * 8)
+    with caplog.at_level(logging.WARNING, logger="vlbench"):
+        records, again, _ = run(["a", "b"], sources, out, monkeypatch)
+    warnings = [r.getMessage() for r in caplog.records if "not reused" in r.getMessage()]
+    assert len(warnings) == 1 and str(damaged) in warnings[0]
+    assert [r["reused"] for r in records["a", "bench"]["image"]] == [True, False, True]
+    assert all(r["reused"] for r in records["b", "bench"]["image"])
+    assert np.array_equal(again["a"]["image"], first["a"]["image"])

@@ -165,12 +165,14 @@ class AheadPass:
         cls, pairs: Mapping[tuple[str, str], EmbeddingJob], model: LoadModel
     ) -> AheadPass | None:
         """The pass of the first image shard of `pairs` not stored yet (loading the model to
-        learn its geometry), or None when there is none or its pixels cannot be shared."""
+        learn its geometry), or None when there is none or its pixels cannot be shared. Stored
+        shards are only looked up here (`ShardStore.listed`): `store_images` checks their files
+        when it reuses them, and one found damaged there gets a pass of its own."""
         for job in pairs.values():
             store = ShardStore(job.resume_dir / "image", job.identity)
             source = job.sources["image"]
             for shard in plan_shards("image", source, job.settings.shard_size):
-                if store.stored(shard) is not None:
+                if store.listed(shard) is not None:
                     continue
                 loaded = model()[0]
                 key = pass_key(loaded, job.settings)

@@ -160,17 +160,22 @@ class ShardStore:
         """The content key a stored copy of `shard` must carry to be reused."""
         return embedding_content_key(shard.digest, self.identity)
 
+    def listed(self, shard: Shard) -> dict[str, Any] | None:
+        """The provenance of a stored shard with the current key, its files not checked: what
+        a plan may go by; `stored` is what a reuse goes by."""
+        try:
+            record = json.loads(self.files(shard).provenance.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record if record.get("content_key") == self.key(shard) else None
+
     def stored(self, shard: Shard) -> dict[str, Any] | None:
         """The provenance of a complete stored shard with the current key whose files still
         hold the bytes written (their digests); None otherwise."""
-        files = self.files(shard)
-        try:
-            record = json.loads(files.provenance.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        record = self.listed(shard)
+        if record is None:
             return None
-        if record.get("content_key") != self.key(shard):
-            return None
-        damaged = mismatches(files.data, record.get("files"))
+        damaged = mismatches(self.files(shard).data, record.get("files"))
         if damaged:
             LOG.warning("stored shard %s not reused, embedding it again", damaged[0])
             return None

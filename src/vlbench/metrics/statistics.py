@@ -43,8 +43,7 @@ def _resampled(
     out = np.empty(samples)
     for start in range(0, samples, _CHUNK):
         stop = min(start + _CHUNK, samples)
-        picks = rng.integers(0, len(values), size=(stop - start, len(values)))
-        out[start:stop] = statistic(values[picks])
+        out[start:stop] = statistic(values[_bootstrap_picks(rng, len(values), stop - start)])
     return out
 
 
@@ -115,7 +114,7 @@ def paired_test(
     tolerance = 1e-12 * max(1.0, abs(observed))
     for start in range(0, permutation_samples, _CHUNK):
         stop = min(start + _CHUNK, permutation_samples)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(stop - start, len(diff)))
+        signs = _sign_flips(rng, len(diff), stop - start)
         permuted = np.abs((signs * diff).mean(axis=1))
         extreme += int(np.count_nonzero(permuted >= abs(observed) - tolerance))
     p_value = (1 + extreme) / (1 + permutation_samples)
