@@ -18,5 +18,5 @@ include: "workflow/rules/tables.smk"
 
 rule all:
     input:
-        ALL_TARGETS,
+        PLAN.all_targets,
     default_target: True

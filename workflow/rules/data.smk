@@ -1,5 +1,9 @@
 # Stage 1: benchmark sources -> canonical parquet (images, texts, judgements, candidate lists).
 
+from vlbench.data.sources.spec import local_root, protocol_settings
+from vlbench.paths import PREPARE_TIMINGS, PREPARED_FILES, SYNTHETIC_SOURCE
+from vlbench.planning.rule_inputs import source_input
+
 
 rule write_synthetic_source:
     output:
@@ -17,17 +21,17 @@ rule write_synthetic_source:
 
 rule prepare_benchmark:
     input:
-        source=source_input,
+        source=lambda wildcards: source_input(wildcards.benchmark, benchmark_source(wildcards)),
     output:
         **PREPARED_FILES,
     params:
         source=benchmark_source,
-        protocol=benchmark_protocol,
+        protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
         settings=lambda wildcards: protocol_settings(
             config["benchmarks"][wildcards.benchmark], f"benchmarks.{wildcards.benchmark}"
         ),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
-        source_files=source_files_fingerprint,
+        source_files=lambda wildcards: source_files_fingerprint(wildcards.benchmark),
     # Threads that decode images to check them (image_policy: skip); a speed knob read from
     # the config, not a param, so changing it reruns nothing (vlbench.config.RUN_TIME_KEYS).
     threads: config["prepare"]["threads"]

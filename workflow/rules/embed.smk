@@ -6,6 +6,16 @@
 # Decoded, resized and cropped images are cached once per (benchmark, geometric transform)
 # under results/pixels/ and reused by every model that shares the transform.
 
+from vlbench.paths import (
+    EMBEDDING_FILES,
+    EMBEDDING_IDENTITY,
+    EMBEDDING_SHARD_LIST,
+    GATHER_TIMINGS,
+    PIXEL_CACHE_DIR,
+    RANDOM_CHECKPOINT,
+    modality_file,
+)
+
 
 rule init_random_checkpoint:
     output:
@@ -14,7 +24,7 @@ rule init_random_checkpoint:
         name=lambda wildcards: config["models"][wildcards.model]["name"],
         model_config=lambda wildcards: config["models"][wildcards.model]["model_config"],
         seed=lambda wildcards: config["models"][wildcards.model]["random_init_seed"],
-        model_files=model_files_fingerprint,
+        model_files=lambda wildcards: model_files_fingerprint(wildcards.model),
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -31,7 +41,7 @@ rule init_random_checkpoint:
 # the list of the pair's stored shards (shards.json), which the pair's gather job reads.
 
 
-# embedding.jobs cuts this work into jobs (common.smk, EMBED_WILDCARDS): auto (default) picks
+# embedding.jobs cuts this work into jobs (common.smk, EMBED): auto (default) picks
 # single on one machine with one GPU slot, per_model with several (--resources gpu=N), and
 # per_benchmark when the jobs go to a cluster (vlbench.planning.embed_cut, printed by the run);
 # per_benchmark is one job per (model, benchmark), per_model one per model over every benchmark
@@ -44,17 +54,17 @@ rule init_random_checkpoint:
 # one edit changes the embedding and something after it (config/README.md).
 checkpoint embed:
     input:
-        images=embed_sources("images"),
-        texts=embed_sources("texts"),
+        images=EMBED.sources("images"),
+        texts=EMBED.sources("texts"),
         weights=embed_weights,
     output:
         # The list of stored shards of each (model, benchmark) of the job. `update`: not
         # removed before the job runs, and put back if it fails, so a failed or killed job
         # leaves every pair's last list (and so its gather) as it was.
-        [update(path) for path in embed_pattern(EMBEDDING_SHARD_LIST)],
+        [update(path) for path in EMBED.outputs(EMBEDDING_SHARD_LIST)],
     params:
         models=embed_model_params,
-        benchmarks=embed_benchmarks,
+        benchmarks=EMBED.benchmarks_of,
         # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the job:
         # a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
         pixel_cache_dir=PIXEL_CACHE_DIR,
@@ -66,9 +76,9 @@ checkpoint embed:
     conda:
         "../../envs/vlbench.yaml"
     log:
-        EMBED_LOG,
+        EMBED.log,
     benchmark:
-        EMBED_TIMINGS
+        EMBED.timings
     script:
         "../../scripts/embed.py"
 

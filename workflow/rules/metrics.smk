@@ -6,7 +6,27 @@
 # evaluate_<protocol>[_<direction>], declaring its files (vlbench.paths.evaluation_outputs): the
 # faiss index of each gallery, and per direction the ranks, the metric rows and the per-query
 # outcomes (vlbench.paths INDEX, RANKS, METRICS, OUTCOMES).
-for _evaluation in EVALUATIONS:
+
+from vlbench.config import pick
+from vlbench.metrics.probe_folds import sampler_settings
+from vlbench.paths import (
+    BENCHMARK_META,
+    EMBEDDING_FILES,
+    EVALUATE_TIMINGS,
+    FEWSHOT_METRICS,
+    FEWSHOT_TIMINGS,
+    FOLDS,
+    PAIRED_TESTS,
+    PREPARED_FILES,
+    PROBE_METRICS,
+    PROBE_TIMINGS,
+    evaluation_outputs,
+)
+from vlbench.planning.rule_inputs import benchmarks_pattern, evaluation_inputs
+from vlbench.protocols import evaluations, protocol as protocol_record
+
+
+for _evaluation in evaluations(config["benchmarks"]):
 
     rule:
         name:
@@ -14,11 +34,11 @@ for _evaluation in EVALUATIONS:
         input:
             unpack(evaluation_inputs),
         output:
-            **evaluation_outputs(_evaluation),
+            **evaluation_outputs(protocol_record(_evaluation.protocol), _evaluation.directions),
         wildcard_constraints:
-            benchmark=benchmarks_pattern(_evaluation),
+            benchmark=benchmarks_pattern(_evaluation, config["benchmarks"]),
         params:
-            protocol=benchmark_protocol,
+            protocol=lambda wildcards: config["benchmarks"][wildcards.benchmark]["protocol"],
             directions=list(_evaluation.directions),
             k=lambda wildcards: config["benchmarks"][wildcards.benchmark]["k"],
             ranking=result_keys(config, "ranking"),
@@ -70,7 +90,9 @@ rule folds:
     output:
         folds=FOLDS,
     params:
-        sampler=sampler_settings,
+        sampler=lambda wildcards: sampler_settings(
+            config["benchmarks"][wildcards.benchmark], wildcards.classifier
+        ),
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -105,7 +127,7 @@ rule probe:
 
 rule paired_tests:
     input:
-        outcomes=OUTCOME_FILES,
+        outcomes=PLAN.outcome_files,
     output:
         csv=PAIRED_TESTS,
     params:

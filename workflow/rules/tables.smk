@@ -1,13 +1,54 @@
 # Stage 6: metrics tables, the papers' tables next to the published numbers, plots, provenance.
 # Everything meant for people is wrapped in report(...) for `snakemake --report report.html`.
 
+from vlbench.config import pick
+from vlbench.paths import (
+    BENCHMARK_META,
+    CLIP_BENCHMARK_DIR,
+    COVERAGE_MD,
+    EMBEDDING_FILES,
+    EMBEDDING_IDENTITY,
+    EXAMPLE_PLOT,
+    FAILED_RUN_NOTE,
+    FRONT_PAGE,
+    LEADERBOARD,
+    METRICS_CSV,
+    METRICS_FULL,
+    MODALITIES,
+    MTEB_DIR,
+    NOT_RUN_CSV,
+    STANDINGS_CSV,
+    benchmark_table,
+    paper_table_file,
+    plot_file,
+    provenance_file,
+)
+from vlbench.planning.failures import (
+    failed_job_causes,
+    remove_failed_run_note,
+    write_failed_run_note,
+)
+from vlbench.planning.fingerprints import fingerprint
+from vlbench.planning.rule_inputs import example_panels, examples_inputs, prepared_data
+from vlbench.planning.run_end import INTERRUPTED, interrupted
+from vlbench.report.not_run import (
+    not_computable_summary,
+    not_run_summary,
+    read_not_run,
+    skipped_images_summary,
+)
+from vlbench.report.summary import coverage_lines_of
+
+# The examples job of a benchmark draws one panel per (model, direction), in this order.
+EXAMPLE_PANELS = example_panels(MODELS)
+
 
 # The standings (each column's ranks with intervals, and the models tied with the best) come
 # from the per-query outcomes behind the metric files (vlbench.metrics.standings).
 rule tables:
     input:
-        metrics=METRIC_FILES,
-        outcomes=OUTCOME_FILES,
+        metrics=PLAN.metric_files,
+        outcomes=PLAN.outcome_files,
     output:
         csv=METRICS_CSV,
         full=METRICS_FULL,
@@ -22,8 +63,8 @@ rule tables:
         # What the plan left out (not_run.csv), and every file the tables folder holds for this
         # config: files of an earlier config there (and its benchmarks' plots and provenance)
         # are moved to the stale folder (vlbench.report.stale_outputs).
-        not_run=NOT_RUN_ROWS,
-        current=TABLE_FILES,
+        not_run=PLAN.not_run_rows,
+        current=PLAN.table_files,
         benchmarks=BENCHMARKS,
     conda:
         "../../envs/vlbench.yaml"
@@ -55,8 +96,8 @@ rule benchmark_table:
 rule paper_table:
     input:
         full=METRICS_FULL,
-        reference=REFERENCE_CSV,
-        reference_map=REFERENCE_MAP,
+        reference=PLAN.reference_csv,
+        reference_map=PLAN.reference_map,
     output:
         markdown=paper_table_file("{table}", "markdown"),
         csv=paper_table_file("{table}", "csv"),
@@ -73,10 +114,10 @@ rule paper_table:
         benchmarks=BENCHMARKS,
         tolerance=config["tables"]["tolerance"],
         # What the plan left out for missing local data: the table notes it as not run.
-        not_run=NOT_RUN,
+        not_run=PLAN.not_run,
         # The reference files are inputs (mtime) and fingerprinted (a replacement by an older
         # copy, or an in-place edit that keeps the mtime, reruns the table too).
-        reference_files=fingerprint([REFERENCE_CSV, REFERENCE_MAP]),
+        reference_files=fingerprint([PLAN.reference_csv, PLAN.reference_map]),
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -132,7 +173,7 @@ rule plot_benchmark:
 # benchmark's images are read once.
 rule qualitative_examples:
     input:
-        unpack(benchmark_examples_inputs),
+        unpack(lambda wildcards: examples_inputs(EXAMPLE_PANELS, wildcards.benchmark)),
         unpack(prepared_data),
     output:
         [
@@ -165,7 +206,7 @@ rule provenance:
             for modality in MODALITIES
         ],
         # The `benchmark:` files of the benchmark's prepare, embed and evaluate jobs.
-        timings=benchmark_timings,
+        timings=EMBED.benchmark_timings,
         # Written once every result of the benchmark is in the tables it describes.
         full=METRICS_FULL,
     output:
@@ -190,8 +231,8 @@ rule provenance:
 # it filled (coverage.md).
 onsuccess:
     remove_failed_run_note()
-    if NOT_RUN_ROWS:
-        logger.info(not_run_summary(NOT_RUN_ROWS, NOT_RUN_CSV))
+    if PLAN.not_run_rows:
+        logger.info(not_run_summary(PLAN.not_run_rows, NOT_RUN_CSV))
     for _line in not_computable_summary(read_not_run(NOT_RUN_CSV), NOT_RUN_CSV):
         logger.warning(_line)
     for _line in skipped_images_summary(BENCHMARKS):

@@ -147,6 +147,12 @@ def classifier_settings(benchmark: Mapping[str, Any], classifier: str) -> Mappin
     return benchmark["fewshot"] if classifier == "fewshot" else benchmark["probe"][classifier]
 
 
+def sampler_settings(benchmark: Mapping[str, Any], classifier: str) -> dict[str, Any]:
+    """The keys of a classifier's entry that decide its folds (the folds job's params)."""
+    settings = classifier_settings(benchmark, classifier)
+    return {key: settings[key] for key in SAMPLER_KEYS[classifier] if key in settings}
+
+
 def fewshot_folds_of(labels: Sequence[object], settings: Mapping[str, Any]) -> list[ProbeFold]:
     """BioCLIP's few-shot folds (`vlbench.metrics.fewshot.draw_splits`): the support of every
     fold of every computable k, class-major; a k it cannot run as one fold with its reason."""
