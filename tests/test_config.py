@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from vlbench.config import (
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.errors import VlbenchError
 from vlbench.metrics.rows import StatsSettings
+from vlbench.planning.config_reference import render
 from vlbench.planning.run_config import load_run_config
 from vlbench.yaml_files import read_yaml_mapping
 
@@ -195,33 +198,47 @@ def test_every_default_is_read_from_the_one_schema() -> None:
 
 
 def readme_rows(section: str) -> dict[str, list[str]]:
-    """The key rows of a section of config/README.md: key -> its cells."""
+    """The key rows of a section's table in config/README.md: key -> its cells."""
     text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
-    body = text.split(f"<!-- section:{section} -->", 1)[1].split(f"<!-- end:{section} -->", 1)[0]
+    body = text.split(f"<!-- keys:{section} -->", 1)[1].split(f"<!-- end keys:{section} -->", 1)[0]
     rows = {}
     for line in body.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| `") and len(cells) >= 3:
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if line.startswith("| `"):
             rows[cells[0].strip("`")] = cells
     return rows
 
 
-@pytest.mark.parametrize("section", ["prepare", "embedding", "ranking", "metrics", "tables"])
-def test_every_key_of_a_settings_section_is_documented(section: str) -> None:
-    assert set(readme_rows(section)) == set(schema_defaults(section))
+def test_the_readme_key_tables_are_written_from_the_schema() -> None:
+    """Every key's meaning, default and rerun class has one source, the schema; the README's
+    tables are its rendering (`python -m vlbench.planning.config_reference config/README.md`)."""
+    text = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    assert render(text) == text
 
 
 @pytest.mark.parametrize(
-    ("section", "definition"), [("models", "model"), ("benchmarks", "benchmark")]
+    ("section", "keys"),
+    [
+        ("top", lambda schema: schema["properties"]),
+        ("models", lambda schema: schema["$defs"]["model"]["properties"]),
+        ("benchmarks", lambda schema: schema["$defs"]["benchmark"]["properties"]),
+        *[
+            (section, lambda schema, section=section: schema["properties"][section]["properties"])
+            for section in ("prepare", "embedding", "ranking", "metrics", "tables")
+        ],
+    ],
 )
-def test_every_key_of_a_model_and_a_benchmark_is_documented_with_what_it_reruns(
-    section: str, definition: str
-) -> None:
-    """The key tables of config/README.md list exactly the schema's keys, each with a rerun
-    cell (the schema's descriptions say what a key means; the README adds what it reruns)."""
+def test_every_key_is_documented_with_what_it_reruns(section: str, keys) -> None:
     rows = readme_rows(section)
-    assert set(rows) == set(load_schema()["$defs"][definition]["properties"])
-    assert all(len(cells) == 4 and cells[-1] for cells in rows.values()), section
+    assert set(rows) == set(keys(load_schema()))
+    assert all(len(cells) == 4 and all(cells) for cells in rows.values()), section
+
+
+def test_a_key_the_schema_leaves_undocumented_is_refused_by_name() -> None:
+    schema = copy.deepcopy(load_schema())
+    del schema["properties"]["ranking"]["properties"]["block_mb"]["x-reruns"]
+    with pytest.raises(VlbenchError, match=r"ranking\.block_mb has no x-reruns"):
+        render("<!-- keys:ranking -->\n<!-- end keys:ranking -->", schema)
 
 
 @pytest.mark.parametrize(
