@@ -109,9 +109,7 @@ def classes_in_file_order(
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """The embedding rows reordered to the prepared images file's row order (the source's
     sample order), with each image's class and the file's image ids."""
-    table = read_parquet(images_path, columns=["image_id", "group"])
-    file_ids = table.column("image_id").to_pylist()
-    groups = table.column("group").to_pylist()
+    file_ids, classes = labelled_images(images_path)
     position = {item: row for row, item in enumerate(ids.tolist())}
     in_file = set(file_ids)
     unmatched = [item for item in file_ids if item not in position]
@@ -121,9 +119,8 @@ def classes_in_file_order(
             f"{images_path}: image {unmatched[0]!r} is in only one of the images file and its "
             "embeddings (rerun the gather job)"
         )
-    _require_classes(images_path, file_ids, groups)
     order = np.fromiter((position[item] for item in file_ids), dtype=np.int64)
-    return matrix[order], [str(group) for group in groups], file_ids
+    return matrix[order], classes, file_ids
 
 
 def read_folds(folds_path: str | Path, image_ids: Sequence[str]) -> list[ProbeFold]:
