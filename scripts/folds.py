@@ -1,7 +1,7 @@
 """Rule folds: which images train each fold of a classifier (few-shot or probe) on one
 benchmark."""
 
-from vlbench.metrics.probe_job import write_folds
+from vlbench.metrics.folds_job import write_folds
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:

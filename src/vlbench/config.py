@@ -6,12 +6,14 @@ import copy
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from vlbench.errors import VlbenchError
+
+if TYPE_CHECKING:  # jsonschema is imported where a config is validated, not by every job
+    import jsonschema
 
 # Keys that cannot change any number (speed and memory knobs): no rule passes them as a param,
 # so changing one reruns nothing; the jobs read them from the config at run time.
@@ -97,10 +99,16 @@ def _fill_defaults(validator_class: type) -> type:
                     instance[name] = copy.deepcopy(subschema["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
+    import jsonschema
+
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+@functools.cache
+def _validator_class() -> type:
+    import jsonschema
+
+    return _fill_defaults(jsonschema.Draft202012Validator)
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -120,11 +128,13 @@ def _intended_branch(error: jsonschema.ValidationError) -> list[jsonschema.Valid
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     """For oneOf/anyOf failures, follow the branch the user meant (by its required keys)."""
+    from jsonschema.exceptions import best_match
+
     branch = _intended_branch(error)
     if branch:
-        return _deepest(jsonschema.exceptions.best_match(branch))
+        return _deepest(best_match(branch))
     if error.context and error.validator not in ("oneOf", "anyOf"):
-        return _deepest(jsonschema.exceptions.best_match(error.context))
+        return _deepest(best_match(error.context))
     return error
 
 
@@ -177,7 +187,7 @@ def validate_config(
     (a name, or a function of the key path naming who wrote it: a file or `--config`).
     """
     instance = copy.deepcopy(dict(config))
-    validator = _Validator(load_schema(schema_path))
+    validator = _validator_class()(load_schema(schema_path))
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         raise VlbenchError(explain(errors[0], source))

@@ -14,10 +14,11 @@ import scipy.stats
 from vlbench.config import benchmark_entry_defaults
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fewshot_job import score_fewshot, write_fewshot
+from vlbench.metrics.folds_job import write_folds
 from vlbench.metrics.linear_probe import LinearSettings, linear_probe
 from vlbench.metrics.logistic_probe import logistic_probe
 from vlbench.metrics.probe_folds import class_indices, draw_folds, folds_from_table
-from vlbench.metrics.probe_job import write_folds, write_probe
+from vlbench.metrics.probe_job import write_probe
 
 LABELS = {"benchmark": "bench", "subset": "test", "model": "m"}
 CLASS_SIZES = {"wren": 9, "owl": 6, "crow": 8, "jay": 7, "tit": 6, "finch": 9, "lark": 8}

@@ -17,6 +17,7 @@ from vlbench.paths import (
     MODALITIES,
     MTEB_DIR,
     NOT_RUN_CSV,
+    PAPER_TABLE_FILES,
     STANDINGS_CSV,
     benchmark_table,
     paper_table_file,
@@ -98,18 +99,20 @@ rule paper_table:
         full=METRICS_FULL,
         reference=PLAN.reference_csv,
         reference_map=PLAN.reference_map,
+    # Every file of vlbench.paths.PAPER_TABLE_FILES (Markdown, CSV, LaTeX, HTML, reST, coverage
+    # record), the HTML one in the report.
     output:
-        markdown=paper_table_file("{table}", "markdown"),
-        csv=paper_table_file("{table}", "csv"),
-        latex=paper_table_file("{table}", "latex"),
+        **{
+            name: paper_table_file("{table}", name)
+            for name in PAPER_TABLE_FILES
+            if name != "html"
+        },
         html=report(
             paper_table_file("{table}", "html"),
             caption="../report/paper_table.rst",
             category="Paper tables",
             labels={"table": "{table}"},
         ),
-        rst=paper_table_file("{table}", "rst"),
-        coverage=paper_table_file("{table}", "coverage"),
     params:
         benchmarks=BENCHMARKS,
         tolerance=config["tables"]["tolerance"],

@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from vlbench.atomic import atomic_path
 from vlbench.errors import VlbenchError
-from vlbench.metrics.fewshot_job import classes_in_file_order, labelled_images, read_folds
+from vlbench.metrics.fewshot_job import classes_in_file_order, read_folds
 from vlbench.metrics.fold_rows import (
     FOLD_COLUMNS,
     LINEAR_METRICS,
@@ -43,8 +42,6 @@ from vlbench.metrics.logistic_probe import logistic_probe
 from vlbench.metrics.probe_folds import (
     ProbeFold,
     class_indices,
-    draw_folds,
-    folds_table,
 )
 from vlbench.rank.protocol_ranks import normalise_rows
 
@@ -52,30 +49,6 @@ _EXTRA = {
     "linear": {"fold_weight_decays": pl.String},
     "logistic": {"n_unconverged_folds": pl.Int64},
 }
-
-
-def write_folds(
-    images_path: str | Path,
-    classifier: str,
-    settings: Mapping[str, Any],
-    out_path: str | Path,
-    log: logging.Logger | None = None,
-) -> int:
-    """Draw a classifier's folds from the images file and write them; return the row count."""
-    ids, groups = labelled_images(images_path)
-    try:
-        folds = draw_folds(classifier, groups, dict(settings))
-    except VlbenchError as error:
-        raise VlbenchError(f"{images_path}: {error}") from None
-    for item in folds:
-        if item.not_computable and log is not None:
-            log.warning(
-                "%s probe, fold %d: not computable: %s", classifier, item.fold, item.not_computable
-            )
-    table = folds_table(classifier, folds, ids)
-    with atomic_path(out_path) as tmp:
-        table.write_parquet(tmp)
-    return table.height
 
 
 def _uniform_guess_f1(targets: np.ndarray) -> float:
