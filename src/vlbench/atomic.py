@@ -156,12 +156,10 @@ def npy_bytes(dtype: Any, shape: Sequence[int]) -> int:
     return len(_npy_header(dtype, shape)) + math.prod(shape) * dtype.itemsize
 
 
-def reserved_npy_memmap(handle: IO[bytes], dtype: Any, shape: Sequence[int]) -> np.memmap:
-    """Write an .npy header to the open file `handle`, reserve the array's room, and map it.
-
-    A sparse file mapped for writing dies with SIGBUS when the disk fills up; with the room
-    reserved first, a full disk is an OSError (ENOSPC) before anything is mapped.
-    """
+def reserved_npy_file(handle: IO[bytes], dtype: Any, shape: Sequence[int]) -> int:
+    """Write an .npy header to the open file `handle` and reserve the array's room on disk;
+    return the offset of the array's data. A full disk is an OSError (ENOSPC) here, before
+    any of the data is written."""
     import numpy as np
 
     dtype, shape = np.dtype(dtype), tuple(int(size) for size in shape)
@@ -171,7 +169,26 @@ def reserved_npy_memmap(handle: IO[bytes], dtype: Any, shape: Sequence[int]) -> 
     handle.write(header)
     handle.flush()
     reserve_space(handle.fileno(), npy_bytes(dtype, shape))
-    return np.memmap(handle, dtype=dtype, mode="r+", shape=shape, offset=len(header))
+    return len(header)
+
+
+def reserved_npy_memmap(handle: IO[bytes], dtype: Any, shape: Sequence[int]) -> np.memmap:
+    """`reserved_npy_file`, then the array mapped for writing.
+
+    A sparse file mapped for writing dies with SIGBUS when the disk fills up; with the room
+    reserved first, a full disk is an OSError (ENOSPC) before anything is mapped.
+    """
+    import numpy as np
+
+    offset = reserved_npy_file(handle, dtype, shape)
+    return np.memmap(handle, dtype=dtype, mode="r+", shape=tuple(shape), offset=offset)
+
+
+def write_at(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of `data` to the open file `fd` at `offset` (pwrite, repeated while short)."""
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
 
 
 def _written_bytes(path: Path) -> int:

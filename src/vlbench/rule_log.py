@@ -31,6 +31,7 @@ def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
         log_handler = logging.StreamHandler(handle)
         log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(log_handler)
+        old_level, old_propagate = logger.level, logger.propagate
         logger.setLevel(logging.INFO)
         logger.propagate = False
         logger.info("pid %d", os.getpid())
@@ -48,5 +49,7 @@ def rule_log(log_path: str | Path) -> Iterator[logging.Logger]:
             raise SystemExit(1) from None
         finally:
             logger.removeHandler(log_handler)
+            logger.setLevel(old_level)
+            logger.propagate = old_propagate
             sys.stderr = old_stderr
     gc.freeze()

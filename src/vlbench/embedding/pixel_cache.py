@@ -35,9 +35,10 @@ from vlbench.atomic import (
     locked_partial,
     no_space_error,
     npy_bytes,
-    reserved_npy_memmap,
+    reserved_npy_file,
     same_file,
     sweep_partials,
+    write_at,
     write_text,
 )
 from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
@@ -142,9 +143,11 @@ class PixelCache:
 class PixelShardWriter:
     """Fill a cache shard batch by batch on disk; publish it only when every row is written.
 
-    The shard's full size is reserved on disk before it is mapped, so a full disk is a one-line
-    error rather than SIGBUS. While filling, the writer locks its partial file; partial files of
-    the shard that nobody holds are removed when a writer starts and when it finishes.
+    The shard's full size is reserved on disk first, so a full disk is a one-line error before
+    any pixel is written. Batches are written at their offsets (not through a mapping, whose
+    written pages would stay in the job's resident memory until the shard is done). While
+    filling, the writer locks its partial file; partial files of the shard that nobody holds
+    are removed when a writer starts and when it finishes.
     """
 
     def __init__(self, cache: PixelCache, start: int, stop: int) -> None:
@@ -154,7 +157,8 @@ class PixelShardWriter:
         self.nbytes = 0
         self._tmp: Path | None = None
         self._handle: IO[bytes] | None = None
-        self._array: np.memmap | None = None
+        self._data_offset: int | None = None
+        self._row_bytes = 0
 
     def _open_partial(self) -> None:
         """Create and lock this writer's partial file (stale ones of the shard swept first)."""
@@ -167,7 +171,8 @@ class PixelShardWriter:
         try:
             self._open_partial()
             assert self._handle is not None
-            self._array = reserved_npy_memmap(self._handle, np.uint8, shape)
+            self._data_offset = reserved_npy_file(self._handle, np.uint8, shape)
+            self._row_bytes = int(np.prod(shape[1:]))
         except OSError as exc:
             self._discard()
             if is_no_space(exc):
@@ -176,14 +181,24 @@ class PixelShardWriter:
 
     def append(self, pixels: np.ndarray) -> None:
         """Add the next batch of uint8 pixels (n, height, width, 3)."""
-        if self._array is None:
+        if self._data_offset is None:
             self._start((self.rows, *pixels.shape[1:]))
-        assert self._array is not None
-        self._array[self.filled : self.filled + len(pixels)] = pixels
+        assert self._handle is not None and self._data_offset is not None
+        if self.filled + len(pixels) > self.rows or pixels.dtype != np.uint8:
+            raise ValueError(f"{self.path}: batch does not fit the shard's rows or dtype")
+        data = memoryview(np.ascontiguousarray(pixels)).cast("B")
+        if len(data) != len(pixels) * self._row_bytes:
+            raise ValueError(f"{self.path}: batch shape {pixels.shape} differs from the shard's")
+        try:
+            write_at(self._handle.fileno(), data, self._data_offset + self.filled * self._row_bytes)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise no_space_error(self.path, self.nbytes, exc) from exc
+            raise
         self.filled += len(pixels)
 
     def _discard(self) -> None:
-        self._array = None
+        self._data_offset = None
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
             self._tmp = None
@@ -196,14 +211,14 @@ class PixelShardWriter:
 
     def close(self, success: bool) -> bool:
         """Publish the shard if it is complete and `success`, else discard it; True if published."""
-        if self._array is None or self._tmp is None:
+        if self._data_offset is None or self._tmp is None:
             self._discard()
             return False
         published = False
         try:
-            self._array.flush()
-            self._array = None
             if success and self.filled == self.rows:
+                assert self._handle is not None
+                os.fsync(self._handle.fileno())  # on disk before it is published
                 write_sidecar(self._tmp, self.path)
                 os.replace(self._tmp, self.path)
                 self._tmp = None
