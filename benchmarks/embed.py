@@ -238,11 +238,10 @@ def bench_throughput(
         "pipeline_draft_decode_images_per_s": {"pixel_cache": False, "draft_decode": True},
     }
     for label, changes in runs.items():
-        settings = EmbedSettings.from_config(
-            "a", base, pixel_cache_dir=str(work / "pixels-a"), **changes
-        )
+        settings = EmbedSettings.from_config(base, **changes)
+        shard = Shard("image", source, 0, 0, images, pixel_folder=work / "pixels-a" / "a")
         began = time.perf_counter()
-        embed_rows(model, Shard("image", source, 0, 0, images), settings)
+        embed_rows(model, shard, settings)
         results[label] = images / (time.perf_counter() - began)
     for label in list(results):
         if label.startswith("pipeline"):
@@ -601,11 +600,10 @@ def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str
             "from vlbench.embedding.job import embed_with_loaded_model\n"
             "from vlbench.embedding.settings import EmbedSettings\n"
             "d = Path(sys.argv[2]); m = tiny_model()\n"
-            "s = EmbedSettings.from_config('rss', batch_size=64, shard_size=10000,"
-            " pixel_cache_dir=str(d / 'pixels'))\n"
+            "s = EmbedSettings.from_config(batch_size=64, shard_size=10000)\n"
             "t = time.perf_counter()\n"
             "embed_with_loaded_model(m, {'name': 'tiny'}, d / 'images.parquet', 'image', s,"
-            " d / 'emb')\n"
+            " d / 'emb', d / 'pixels' / 'rss')\n"
             "print(time.perf_counter() - t, peak_rss_mb())\n"
         )
         result = subprocess.run(
@@ -640,7 +638,7 @@ def bench_storage_and_draft(
     texts = load_embeddings(stem / "text.npy", stem / "text.ids.parquet")[0]
     images = load_embeddings(stem / "image.npy", stem / "image.ids.parquet")[0]
     settings = EmbedSettings.from_config(
-        "d", batch_size=batch, pixel_cache=False, draft_decode=True, shard_size=10**9
+        batch_size=batch, pixel_cache=False, draft_decode=True, shard_size=10**9
     )
     began = time.perf_counter()
     path = embed_with_loaded_model(

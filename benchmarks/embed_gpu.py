@@ -112,15 +112,12 @@ def main() -> None:
     }
     for label, cache in (("decode", False), ("cold_cache", True), ("warm_cache", True)):
         settings = EmbedSettings.from_config(
-            "gpu",
-            batch_size=args.batch_size,
-            num_workers=args.workers,
-            pixel_cache=cache,
-            pixel_cache_dir=str(work / "pixels"),
+            batch_size=args.batch_size, num_workers=args.workers, pixel_cache=cache
         )
+        shard = Shard("image", source, 0, 0, args.images, pixel_folder=work / "pixels" / "gpu")
         synchronize()
         start = time.perf_counter()
-        embed_rows(model, Shard("image", source, 0, 0, args.images), settings)
+        embed_rows(model, shard, settings)
         synchronize()
         rate = args.images / (time.perf_counter() - start)
         results[f"pipeline_{label}_images_per_s"] = rate

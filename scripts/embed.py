@@ -25,14 +25,13 @@ with rule_log(snakemake.log[0]) as log:
                 # Result keys come as params; speed knobs (RUN_TIME_KEYS) from the config, so
                 # that changing them reruns nothing.
                 settings=EmbedSettings.from_config(
-                    benchmark,
                     {**snakemake.config["embedding"], **identity["embedding"]},
                     threads=snakemake.threads,  # after --set-threads and the --cores cap
-                    pixel_cache_dir=snakemake.params.pixel_cache_dir,
                 ),
                 sources={"image": Path(images[number]), "text": Path(texts[number])},
                 resume_dir=Path(EMBEDDING_SHARDS.format(model=model, benchmark=benchmark)),
                 shard_list=Path(shard_list),
+                pixel_folder=Path(snakemake.params.pixel_cache_dir) / benchmark,
             )
     log.info(
         "embed job (embedding.jobs: %s): %d model(s) x %d benchmark(s)",

@@ -328,7 +328,7 @@ def test_nan_embeddings_name_the_model_file_and_item(
 
     monkeypatch.setattr(tiny.model, encode, nan_in_the_second_batch)
     monkeypatch.setattr(tiny, "padding_trimmed_text_encoder", None)
-    settings = EmbedSettings.from_config("b", batch_size=4, pixel_cache=False)
+    settings = EmbedSettings.from_config(batch_size=4, pixel_cache=False)
     with pytest.raises(VlbenchError) as info:
         embed_rows(tiny, Shard(modality, source, 0, 0, 6), settings)
     prefix = "img" if modality == "image" else "txt"

@@ -174,7 +174,7 @@ def test_every_default_is_read_from_the_one_schema() -> None:
     """Settings and the command line take their defaults from the schema the workflow validates."""
     assert SCHEMA.resolve() == SCHEMA_PATH.resolve()
     filled = validate(minimal())
-    embed = asdict(EmbedSettings.from_config("b"))
+    embed = asdict(EmbedSettings.from_config())
     assert schema_defaults("embedding") == filled["embedding"]
     job_settings = {
         key: value

@@ -151,7 +151,7 @@ def test_shard_provenance_says_whether_padding_was_trimmed(tmp_path: Path) -> No
     records = {}
     matrices = {}
     for trim in (True, False):
-        settings = EmbedSettings.from_config("b", batch_size=4, trim_text_padding=trim)
+        settings = EmbedSettings.from_config(batch_size=4, trim_text_padding=trim)
         _, matrices[trim], records[trim] = embed_shard(
             model, {"name": "tiny"}, Shard("text", texts, 0, 0, 9), settings
         )

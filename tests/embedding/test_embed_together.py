@@ -47,9 +47,7 @@ def run(
         return models[spec["key"]]
 
     monkeypatch.setattr(embedding_job, "load_model", load)
-    settings = EmbedSettings.from_config(
-        "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), threads=1
-    )
+    settings = EmbedSettings.from_config(batch_size=4, shard_size=5, threads=1)
     jobs = {}
     for key in keys:
         spec = {"name": "vlbench-tiny", "key": key}
@@ -60,6 +58,7 @@ def run(
             sources=sources,
             resume_dir=out / key / "shards",
             shard_list=out / key / "shards.json",
+            pixel_folder=out / "pixels" / "bench",
         )
     records = run_models(jobs)
     matrices = {}
@@ -151,9 +150,7 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
         patch.setattr(embedding_job, "load_model", load)
-        settings = EmbedSettings.from_config(
-            "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), num_workers=1
-        )
+        settings = EmbedSettings.from_config(batch_size=4, shard_size=5, num_workers=1)
         jobs = {
             (key, "bench"): EmbeddingJob(
                 model={"name": "vlbench-tiny", "key": key},
@@ -162,6 +159,7 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
                 sources=sources,
                 resume_dir=out / key / "shards",
                 shard_list=out / key / "shards.json",
+                pixel_folder=out / "pixels" / "bench",
             )
             for key in ("a", "b")
         }

@@ -40,14 +40,15 @@ def images_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[by
     return path, write_images(path, ROWS, row_group_size=5)
 
 
-def rows(source: Path, start: int, stop: int) -> Shard:
-    """Rows [start, stop) of an images file as a shard (digest-less: the legacy cache name)."""
-    return Shard("image", source, 0, start, stop)
+def rows(source: Path, start: int, stop: int, cache_dir: Path | None = None) -> Shard:
+    """Rows [start, stop) of an images file as a shard (digest-less: the legacy cache name),
+    its pixels cached in benchmark "bench"'s folder under `cache_dir`."""
+    folder = cache_dir / "bench" if cache_dir is not None else None
+    return Shard("image", source, 0, start, stop, pixel_folder=folder)
 
 
-def settings(cache_dir: Path, **changes) -> EmbedSettings:
-    values = {"batch_size": 4, "pixel_cache_dir": str(cache_dir)}
-    return EmbedSettings.from_config("bench", **{**values, **changes})
+def settings(**changes) -> EmbedSettings:
+    return EmbedSettings.from_config(**{"batch_size": 4, **changes})
 
 
 @pytest.mark.parametrize(
@@ -103,9 +104,9 @@ def test_embeddings_through_cache_equal_reference_bitwise(
     source, images = images_file
     model = tiny_model()
     reference = reference_image_embeddings(model, images, batch_size=4)
-    off = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path, pixel_cache=False))[1]
-    _, cold, stats_cold = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
-    ids, warm, stats_warm = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
+    off = embed_rows(model, rows(source, 0, ROWS, tmp_path), settings(pixel_cache=False))[1]
+    _, cold, stats_cold = embed_rows(model, rows(source, 0, ROWS, tmp_path), settings())
+    ids, warm, stats_warm = embed_rows(model, rows(source, 0, ROWS, tmp_path), settings())
     assert stats_cold["pixel_cache"].startswith("miss")
     assert stats_warm["pixel_cache"].startswith("hit")
     assert ids == [f"img-{row:04d}" for row in range(ROWS)]
@@ -120,7 +121,7 @@ def test_worker_processes_keep_row_order(
     source, images = images_file
     model = tiny_model()
     reference = reference_image_embeddings(model, images[5:19], batch_size=4)
-    run = settings(tmp_path, num_workers=2, pixel_cache=False)
+    run = settings(num_workers=2, pixel_cache=False)
     ids, matrix, _ = embed_rows(model, rows(source, 5, 19), run)
     assert ids == [f"img-{row:04d}" for row in range(5, 19)]
     assert np.array_equal(matrix, reference)
@@ -134,11 +135,11 @@ def test_models_sharing_a_geometry_share_the_cache_and_keep_their_own_normalisat
     second = tiny_model(seed=1, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     key_first = ImagePipeline.from_model(first).geometry_key(draft=False)
     assert key_first == ImagePipeline.from_model(second).geometry_key(draft=False)
-    embed_rows(first, rows(source, 0, ROWS), settings(tmp_path))
-    _, matrix, stats = embed_rows(second, rows(source, 0, ROWS), settings(tmp_path))
+    embed_rows(first, rows(source, 0, ROWS, tmp_path), settings())
+    _, matrix, stats = embed_rows(second, rows(source, 0, ROWS, tmp_path), settings())
     assert stats["pixel_cache"].startswith("hit")
     assert np.array_equal(matrix, reference_image_embeddings(second, images, batch_size=4))
-    cache = PixelCache(tmp_path, "bench", key_first, source)
+    cache = PixelCache(tmp_path / "bench", key_first, source)
     assert sorted(p.name for p in cache.directory.glob("*.npy")) == [f"rows-{0:09d}-{ROWS:09d}.npy"]
 
 
@@ -149,14 +150,14 @@ def test_a_job_needing_a_shard_another_job_is_decoding_waits_and_reads_it(
     source, images = images_file
     model = tiny_model()
     key = ImagePipeline.from_model(model).geometry_key(draft=False)
-    cache = PixelCache(tmp_path / "shared", "bench", key, source)
+    cache = PixelCache(tmp_path / "shared" / "bench", key, source)
     filled = tmp_path / "filled"
-    embed_rows(model, rows(source, 0, ROWS), settings(filled))  # the first job's result
-    made = PixelCache(filled, "bench", key, source).shard_path(0, ROWS)
+    embed_rows(model, rows(source, 0, ROWS, filled), settings())  # the first job's result
+    made = PixelCache(filled / "bench", key, source).shard_path(0, ROWS)
     result: list = []
     second = threading.Thread(
         target=lambda: result.append(
-            embed_rows(model, rows(source, 0, ROWS), settings(tmp_path / "shared"))
+            embed_rows(model, rows(source, 0, ROWS, tmp_path / "shared"), settings())
         )
     )
     with cache.filling(0, ROWS):  # the first job holds the shard while it decodes
@@ -192,7 +193,7 @@ def test_unknown_preprocess_falls_back_to_the_full_transform(
     model.preprocess.transforms = [*steps[:1], lambda image: image.rotate(90), *steps[1:]]
     pipeline = ImagePipeline.from_model(model)
     assert not pipeline.cacheable
-    _, matrix, stats = embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
+    _, matrix, stats = embed_rows(model, rows(source, 0, ROWS, tmp_path), settings())
     assert stats["pixel_cache"].startswith("off: unknown preprocess step")
     assert np.array_equal(matrix, reference_image_embeddings(model, images, batch_size=4))
     assert not list(tmp_path.rglob("*.npy"))
@@ -214,7 +215,7 @@ def test_a_failed_pass_leaves_no_cache_shard(
 
     model.encode_images = failing  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        embed_rows(model, rows(source, 0, ROWS), settings(tmp_path))
+        embed_rows(model, rows(source, 0, ROWS, tmp_path), settings())
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
@@ -243,7 +244,7 @@ def test_draft_decode_is_smaller_and_close(images_file: tuple[Path, list[bytes]]
 
 def cache_of(source: Path, cache_dir: Path) -> PixelCache:
     key = ImagePipeline.from_model(tiny_model()).geometry_key(draft=False)
-    return PixelCache(cache_dir, "bench", key, source)
+    return PixelCache(cache_dir / "bench", key, source)
 
 
 def partials(root: Path) -> list[Path]:
@@ -257,7 +258,7 @@ def test_cache_shards_get_the_umask_modes(
     source, _ = images_file
     old = os.umask(mask)
     try:
-        embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path))
+        embed_rows(tiny_model(), rows(source, 0, ROWS, tmp_path), settings())
     finally:
         os.umask(old)
     cache = cache_of(source, tmp_path)
@@ -280,7 +281,7 @@ def test_full_disk_while_caching_is_one_line_and_leaves_no_partial(
 def assert_full_disk_is_one_line(source: Path, root: Path) -> None:
     """Caching the images of `source` under `root` stops with the one-line full-disk error."""
     with pytest.raises(VlbenchError) as caught:
-        embed_rows(tiny_model(), rows(source, 0, ROWS), settings(root))
+        embed_rows(tiny_model(), rows(source, 0, ROWS, root), settings())
     # 21 rows of 64x64x3 bytes and a 128-byte header: 258,176 bytes.
     shard = cache_of(source, root).shard_path(0, ROWS)
     assert str(caught.value) == f"no space left on device for {shard} (needs about 0.3 MB)"
@@ -303,8 +304,7 @@ def test_stale_partial_of_a_killed_build_is_removed_by_the_next_build(
             f"writer = PixelShardWriter(cache, 0, {ROWS})\n"
             "writer.append(np.zeros((4, 64, 64, 3), np.uint8))\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n",
-            str(tmp_path),
-            "bench",
+            str(tmp_path / "bench"),
             ImagePipeline.from_model(tiny_model()).geometry_key(draft=False),
             str(source),
         ],
@@ -314,7 +314,7 @@ def test_stale_partial_of_a_killed_build_is_removed_by_the_next_build(
     assert killed.returncode == -9, killed.stderr
     [stale] = partials(tmp_path)
     assert stale.name.startswith(f".{cache.shard_path(0, ROWS).name}.")
-    stats = embed_rows(tiny_model(), rows(source, 0, ROWS), settings(tmp_path)).stats
+    stats = embed_rows(tiny_model(), rows(source, 0, ROWS, tmp_path), settings()).stats
     assert stats["pixel_cache"].startswith("miss")
     assert partials(tmp_path) == []
     assert cache.load(0, ROWS) is not None

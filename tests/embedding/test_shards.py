@@ -82,12 +82,10 @@ def benchmark_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 
 def run(model, directory: Path, out: Path, modality: str, **changes) -> Path:
-    settings = EmbedSettings.from_config(
-        "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels"), **changes
-    )
+    settings = EmbedSettings.from_config(batch_size=4, shard_size=5, **changes)
     source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
     return embed_with_loaded_model(
-        model, {"name": "vlbench-tiny"}, source, modality, settings, out / "emb"
+        model, {"name": "vlbench-tiny"}, source, modality, settings, out / "emb", out / "pixels"
     )
 
 
@@ -220,9 +218,9 @@ def test_gather_on_a_full_disk_is_one_line_and_leaves_no_partial(
 
 
 def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
-    assert EmbedSettings.from_config("b", threads=3).decode_workers == 3
-    assert EmbedSettings.from_config("b", {"num_workers": 0}, threads=3).decode_workers == 0
-    assert EmbedSettings.from_config("b", {"num_workers": 5, "threads": 1}).decode_workers == 5
+    assert EmbedSettings.from_config(threads=3).decode_workers == 3
+    assert EmbedSettings.from_config({"num_workers": 0}, threads=3).decode_workers == 0
+    assert EmbedSettings.from_config({"num_workers": 5, "threads": 1}).decode_workers == 5
 
 
 def embedding_job_run(
@@ -238,7 +236,7 @@ def embedding_job_run(
 
     monkeypatch.setattr(embedding_job, "load_model", load)
     spec = {"name": "vlbench-tiny"}
-    settings = EmbedSettings.from_config("bench", batch_size=4, shard_size=5, pixel_cache=False)
+    settings = EmbedSettings.from_config(batch_size=4, shard_size=5, pixel_cache=False)
     job = EmbeddingJob(
         model=spec,
         identity={"model": spec, "embedding": result_settings(settings)},
@@ -346,7 +344,7 @@ def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_pat
     # Encoded row by row in file order, some copies come out different: the fixture is sharp.
     batched = np.concatenate([model.encode_texts(texts[i : i + 5]) for i in range(0, 54, 5)])
     assert not np.array_equal(batched, batched[first])
-    settings = EmbedSettings.from_config("bench", batch_size=5)
+    settings = EmbedSettings.from_config(batch_size=5)
     shard = Shard("text", source, 0, 0, len(texts))
     got_ids, matrix, stats = embed_rows(model, shard, settings)
     assert got_ids == ids and stats["distinct_texts"] == len(base)
@@ -365,7 +363,7 @@ def test_identical_texts_in_different_shards_get_one_embedding(tmp_path: Path) -
     nulls = pa.nulls(len(texts), pa.string())
     pq.write_table(pa.table([ids, texts, nulls], schema=TEXTS_SCHEMA), source, row_group_size=7)
     model = wide_text_model(tmp_path)
-    settings = EmbedSettings.from_config("bench", batch_size=5, shard_size=16)
+    settings = EmbedSettings.from_config(batch_size=5, shard_size=16)
     out = embed_with_loaded_model(
         model, {"name": "vlbench-wide-text"}, source, "text", settings, tmp_path / "emb"
     )

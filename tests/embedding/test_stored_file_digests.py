@@ -44,12 +44,16 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def embed(directory: Path, out: Path, modality: str) -> Path:
-    settings = EmbedSettings.from_config(
-        "bench", batch_size=4, shard_size=5, pixel_cache_dir=str(out / "pixels")
-    )
+    settings = EmbedSettings.from_config(batch_size=4, shard_size=5)
     source = directory / ("images.parquet" if modality == "image" else "texts.parquet")
     return embed_with_loaded_model(
-        tiny_model(), {"name": "vlbench-tiny"}, source, modality, settings, out / "emb"
+        tiny_model(),
+        {"name": "vlbench-tiny"},
+        source,
+        modality,
+        settings,
+        out / "emb",
+        out / "pixels",
     )
 
 

@@ -60,15 +60,15 @@ class PixelPass:
         self._decode: _Decode | None = None
         self._cached: np.ndarray | None = None
         self._batch_size = settings.batch_size
-        if not (settings.pixel_cache and pipeline.cacheable):
-            self.stats["pixel_cache"] = f"off: {pipeline.reason}" if settings.pixel_cache else "off"
+        off = cache_off_reason(settings, pipeline, shard)
+        if off is not None:
+            self.stats["pixel_cache"] = off
             self._decode = _Decode(pipeline, shard, settings, pin, None, policy)
             return
+        assert shard.pixel_folder is not None  # cache_off_reason says so
         key = pipeline.geometry_key(settings.draft_decode)
         self.stats["geometry_key"] = key
-        cache = PixelCache(
-            settings.pixel_cache_dir, settings.benchmark, key, shard.source, shard.digest, policy
-        )
+        cache = PixelCache(shard.pixel_folder, key, shard.source, shard.digest, policy)
         where = cache.shard_path(shard.start, shard.stop)
         self._cached = cache.load(shard.start, shard.stop)
         if self._cached is not None:
@@ -116,6 +116,17 @@ class PixelPass:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cache_off_reason(settings: EmbedSettings, pipeline: ImagePipeline, shard: Shard) -> str | None:
+    """Why a shard's pixels are not cached (the pass's `pixel_cache` note), or None."""
+    if not settings.pixel_cache:
+        return "off"
+    if not pipeline.cacheable:
+        return f"off: {pipeline.reason}"
+    if shard.pixel_folder is None:
+        return "off: no pixel-cache folder given"
+    return None
 
 
 class _Decode:
@@ -170,7 +181,6 @@ class _Decode:
         if self.writer is not None and self.cache is not None and self.writer.close(self.success):
             self.cache.describe(
                 {
-                    "benchmark": self.settings.benchmark,
                     **self.pipeline.summary,
                     "steps": self.pipeline.geometry,
                     "draft_decode": self.settings.draft_decode,

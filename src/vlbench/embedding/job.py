@@ -37,7 +37,7 @@ from vlbench.embedding.models import (
     model_provenance,
 )
 from vlbench.embedding.settings import EmbedSettings, result_settings
-from vlbench.embedding.shard_files import ShardStore, gather_shards, plan_shards
+from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
 from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
@@ -64,7 +64,8 @@ class EmbeddingJob:
 
     `identity` (the configured spec, its user files' fingerprint and the result settings) is
     what a stored shard's content key depends on besides its rows. `shard_list`: the pair's
-    list of stored shards (the embed rule's output for the pair).
+    list of stored shards (the embed rule's output for the pair). `pixel_folder`: the
+    benchmark's pixel-cache folder (None: its decoded pixels are not cached).
     """
 
     model: dict[str, Any]
@@ -73,12 +74,18 @@ class EmbeddingJob:
     sources: Mapping[str, Path]
     resume_dir: Path
     shard_list: Path
+    pixel_folder: Path | None = None
+
+    def shards(self, modality: str) -> list[Shard]:
+        """The shards of one modality's prepared file (image shards name the pixel folder)."""
+        folder = self.pixel_folder if modality == "image" else None
+        return plan_shards(modality, self.sources[modality], self.settings.shard_size, folder)
 
 
 def run(job: EmbeddingJob) -> dict[str, list[dict[str, Any]]]:
     """Embed (or reuse) every shard of every modality of one (model, benchmark) and write its
     list of stored shards; return each modality's shard records (`run_models` of one pair)."""
-    pair = (str(job.model.get("name")), job.settings.benchmark)
+    pair = (str(job.model.get("name")), str(job.resume_dir))
     return run_models({pair: job})[pair]
 
 
@@ -170,8 +177,7 @@ class AheadPass:
         when it reuses them, and one found damaged there gets a pass of its own."""
         for job in pairs.values():
             store = ShardStore(job.resume_dir / "image", job.identity)
-            source = job.sources["image"]
-            for shard in plan_shards("image", source, job.settings.shard_size):
+            for shard in job.shards("image"):
                 if store.listed(shard) is not None:
                     continue
                 loaded = model()[0]
@@ -180,7 +186,8 @@ class AheadPass:
                     return None
                 pipeline = ImagePipeline.from_model(loaded)
                 pin = loaded.device.type == "cuda"
-                return cls(source, shard.index, key, PixelPass(pipeline, shard, job.settings, pin))
+                pixels = PixelPass(pipeline, shard, job.settings, pin)
+                return cls(shard.source, shard.index, key, pixels)
         return None
 
     def take(self, source: Path, shard: int, key: tuple[Any, ...] | None) -> PixelPass | None:
@@ -201,11 +208,12 @@ def store_images(
     (`pass_key`), through `encode.embed_images_together` (`ahead`: a pass opened already);
     return each pair's shards."""
     stored: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {pair: [] for pair in jobs}
-    by_source: dict[tuple[Path, int], list[tuple[str, str]]] = {}
+    by_source: dict[tuple[Path, int, Path | None], list[tuple[str, str]]] = {}
     for pair, job in jobs.items():
-        by_source.setdefault((job.sources["image"], job.settings.shard_size), []).append(pair)
-    for (source, shard_size), pairs in by_source.items():
-        for shard in plan_shards("image", source, shard_size):
+        images = (job.sources["image"], job.settings.shard_size, job.pixel_folder)
+        by_source.setdefault(images, []).append(pair)
+    for (source, _, _), pairs in by_source.items():
+        for shard in jobs[pairs[0]].shards("image"):
             passes: dict[Any, list[tuple[tuple[str, str], ShardStore]]] = {}
             for pair in pairs:
                 job = jobs[pair]
@@ -245,8 +253,6 @@ def pass_key(model: EmbeddingModel, settings: EmbedSettings) -> tuple[Any, ...] 
         settings.batch_size,
         settings.decode_workers,
         settings.draft_decode,
-        settings.pixel_cache_dir,
-        settings.benchmark,
         model.device.type,
     )
 
@@ -285,7 +291,7 @@ def store_modality(
     folder) and provenance record, in row order."""
     store = ShardStore(job.resume_dir / modality, job.identity)
     stored = []
-    for shard in plan_shards(modality, job.sources[modality], job.settings.shard_size):
+    for shard in job.shards(modality):
         record = store.stored(shard)
         reused = record is not None
         if record is None:
@@ -303,10 +309,11 @@ def embed_with_loaded_model(
     modality: str,
     settings: EmbedSettings,
     out_dir: Path,
+    pixel_folder: Path | None = None,
 ) -> Path:
     """One modality through a model loaded already, with the workflow's files and resume rule:
     shards stored under `out_dir/shards/<modality>/`, gathered into `out_dir/<modality>.npy`
-    (returned)."""
+    (returned); decoded pixels cached in `pixel_folder` (None: not cached)."""
     out = MatrixFiles.at(Path(out_dir) / modality)
     job = EmbeddingJob(
         model=spec,
@@ -315,6 +322,7 @@ def embed_with_loaded_model(
         sources={modality: Path(source)},
         resume_dir=Path(out_dir) / "shards",
         shard_list=Path(out_dir) / "shards.json",
+        pixel_folder=pixel_folder,
     )
     stored = store_modality(job, modality, lambda: (model, {"model": spec}))
     files = [MatrixFiles.at(job.resume_dir / stem) for stem, _ in stored]

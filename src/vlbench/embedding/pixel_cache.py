@@ -63,12 +63,12 @@ def source_fingerprint(path: str | Path) -> str:
 
 
 class PixelCache:
-    """Where the uint8 pixel shards of one (benchmark, geometry, source) live."""
+    """Where the uint8 pixel shards of one (benchmark, geometry, source) live: `folder` is the
+    benchmark's pixel-cache folder (``<root>/<benchmark>``, `Shard.pixel_folder`)."""
 
     def __init__(
         self,
-        root: str | Path,
-        benchmark: str,
+        folder: str | Path,
         geometry_key: str,
         source: str | Path,
         rows_digest: str = "",
@@ -79,9 +79,7 @@ class PixelCache:
         # they had before policies).
         self.policy = read_policy(source) if policy is None else policy
         decode = "" if self.policy == LEGACY else f"-{self.policy.label}"
-        self.directory = (
-            Path(root) / benchmark / f"{geometry_key}{decode}-{source_fingerprint(source)}"
-        )
+        self.directory = Path(folder) / f"{geometry_key}{decode}-{source_fingerprint(source)}"
         # The shard's digest of the rows' ids and image bytes: an image replaced by one of
         # the same size, which may leave the parquet footer unchanged, still misses the cache.
         self.suffix = f"-{rows_digest}" if rows_digest else ""

@@ -7,17 +7,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vlbench.config import RUN_TIME_KEYS, schema_defaults
-from vlbench.paths import PIXEL_CACHE_DIR
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    """The config's `embedding` section plus the benchmark's name and the pixel cache folder.
+    """The config's `embedding` section (the keys an embedding pass reads).
 
     The defaults live in the config schema only; build settings with `from_config`.
     """
 
-    benchmark: str
     batch_size: int
     threads: int
     num_workers: int | None
@@ -26,7 +24,6 @@ class EmbedSettings:
     pixel_cache: bool
     draft_decode: bool
     trim_text_padding: bool
-    pixel_cache_dir: str = PIXEL_CACHE_DIR
 
     @property
     def decode_workers(self) -> int:
@@ -34,16 +31,14 @@ class EmbedSettings:
         return self.threads if self.num_workers is None else self.num_workers
 
     @classmethod
-    def from_config(
-        cls, benchmark: str, embedding: Mapping[str, Any] | None = None, **extra: Any
-    ) -> EmbedSettings:
+    def from_config(cls, embedding: Mapping[str, Any] | None = None, **extra: Any) -> EmbedSettings:
         """Settings from an `embedding` config section (missing keys: the schema's defaults)."""
         section = {**schema_defaults("embedding"), **(embedding or {}), **extra}
         known = {key: value for key, value in section.items() if key in cls.__dataclass_fields__}
-        return cls(benchmark=benchmark, **known)
+        return cls(**known)
 
 
 def result_settings(settings: EmbedSettings) -> dict[str, Any]:
-    """The settings that can change an embedding's numbers (not speed knobs, not paths)."""
-    speed = (*RUN_TIME_KEYS["embedding"], "benchmark", "pixel_cache_dir")
+    """The settings that can change an embedding's numbers (not the speed knobs)."""
+    speed = RUN_TIME_KEYS["embedding"]
     return {key: value for key, value in asdict(settings).items() if key not in speed}

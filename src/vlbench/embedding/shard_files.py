@@ -90,7 +90,9 @@ def shard_digests(source: str | Path, ranges: Sequence[tuple[int, int]]) -> list
 
 @dataclass(frozen=True)
 class Shard:
-    """Rows [start, stop) of one modality's prepared parquet, and their content digest."""
+    """Rows [start, stop) of one modality's prepared parquet, their content digest, and the
+    folder where an image shard's decoded pixels are cached (its benchmark's pixel-cache
+    folder; None: not cached)."""
 
     modality: str
     source: Path
@@ -98,6 +100,7 @@ class Shard:
     start: int
     stop: int
     digest: str = ""
+    pixel_folder: Path | None = None
 
     @property
     def name(self) -> str:
@@ -105,8 +108,11 @@ class Shard:
         return shard_name(self.index)
 
 
-def plan_shards(modality: str, source: str | Path, shard_size: int) -> list[Shard]:
-    """Cut a prepared parquet into shards of at most `shard_size` rows, each with its digest.
+def plan_shards(
+    modality: str, source: str | Path, shard_size: int, pixel_folder: str | Path | None = None
+) -> list[Shard]:
+    """Cut a prepared parquet into shards of at most `shard_size` rows, each with its digest
+    (`pixel_folder`: where the shards' decoded pixels are cached, for image shards).
 
     Remembered per file version within a process: a job embedding several models on one
     benchmark (embedding.jobs) reads and hashes the rows once."""
@@ -115,12 +121,17 @@ def plan_shards(modality: str, source: str | Path, shard_size: int) -> list[Shar
         version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
     except OSError:
         version = None  # the planner names the unreadable file
-    return list(_planned_shards(modality, Path(source), shard_size, version))
+    folder = Path(pixel_folder) if pixel_folder is not None else None
+    return list(_planned_shards(modality, Path(source), shard_size, folder, version))
 
 
 @functools.cache
 def _planned_shards(
-    modality: str, source: Path, shard_size: int, version: tuple[int, int, int] | None
+    modality: str,
+    source: Path,
+    shard_size: int,
+    pixel_folder: Path | None,
+    version: tuple[int, int, int] | None,
 ) -> tuple[Shard, ...]:
     try:
         rows = pq.ParquetFile(source).metadata.num_rows
@@ -131,7 +142,7 @@ def _planned_shards(
     ranges = shard_ranges(rows, shard_size)
     digests = shard_digests(source, ranges)
     return tuple(
-        Shard(modality, source, index, start, stop, digest)
+        Shard(modality, source, index, start, stop, digest, pixel_folder)
         for index, ((start, stop), digest) in enumerate(zip(ranges, digests, strict=True))
     )
 
