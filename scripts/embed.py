@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vlbench.embedding.job import EmbeddingJob, run_models
 from vlbench.embedding.settings import EmbedSettings
-from vlbench.paths import EMBEDDING_SHARD_LIST, EMBEDDING_SHARDS
+from vlbench.paths import EMBEDDING_SHARD_LIST, EMBEDDING_SHARDS, PIXEL_CACHE_FOLDER
 from vlbench.rule_log import rule_log
 
 with rule_log(snakemake.log[0]) as log:
@@ -31,7 +31,7 @@ with rule_log(snakemake.log[0]) as log:
                 sources={"image": Path(images[number]), "text": Path(texts[number])},
                 resume_dir=Path(EMBEDDING_SHARDS.format(model=model, benchmark=benchmark)),
                 shard_list=Path(shard_list),
-                pixel_folder=Path(snakemake.params.pixel_cache_dir) / benchmark,
+                pixel_folder=Path(PIXEL_CACHE_FOLDER.format(benchmark=benchmark)),
             )
     log.info(
         "embed job (embedding.jobs: %s): %d model(s) x %d benchmark(s)",

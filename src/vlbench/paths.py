@@ -39,7 +39,8 @@ EMBEDDING_FILES = {
     for modality in MODALITIES
     for name, suffix in (("", ".npy"), ("_ids", ".ids.parquet"), ("_provenance", ".json"))
 }
-PIXEL_CACHE_DIR = "results/pixels"
+# One benchmark's decoded pixels, a folder per geometry (vlbench.embedding.pixel_cache).
+PIXEL_CACHE_FOLDER = "results/pixels/{benchmark}"
 # Written by a failed run beside the tables it did not update (vlbench.planning.failures); the
 # next complete run removes it.
 FAILED_RUN_NOTE = "results/tables/LAST_RUN_FAILED.md"

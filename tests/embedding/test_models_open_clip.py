@@ -184,6 +184,20 @@ def test_custom_config_with_local_checkpoint(tmp_path: Path) -> None:
     assert record["versions"]["open_clip_torch"] and record["versions"]["torch"]
 
 
+def test_random_checkpoint_bytes_depend_on_the_seed_only(tmp_path: Path) -> None:
+    """The same seed writes the same file wherever it is written (the archive's entry names do
+    not come from the atomic writer's temporary name); another seed writes another file."""
+    config = tmp_path / "vlbench-test-tiny.json"
+    config.write_text(json.dumps(TINY), encoding="utf-8")
+    first, second, other = tmp_path / "a.pt", tmp_path / "b" / "tiny.pt", tmp_path / "c.pt"
+    second.parent.mkdir()
+    write_random_checkpoint("vlbench-test-tiny", config, 7, first)
+    write_random_checkpoint("vlbench-test-tiny", config, 7, second)
+    write_random_checkpoint("vlbench-test-tiny", config, 8, other)
+    assert first.read_bytes() == second.read_bytes()
+    assert first.read_bytes() != other.read_bytes()
+
+
 def test_missing_checkpoint_is_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(VlbenchError, match="checkpoint file not found"):
         load_model({"name": "ViT-B-32", "pretrained": str(tmp_path / "nope.pt")}, CPU)

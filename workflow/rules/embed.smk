@@ -4,14 +4,13 @@
 # embedding_identity records each model's identity; gather_embeddings (one light job per pair)
 # concatenates a pair's shards into the matrices every later stage reads.
 # Decoded, resized and cropped images are cached once per (benchmark, geometric transform)
-# under results/pixels/ and reused by every model that shares the transform.
+# (vlbench.paths.PIXEL_CACHE_FOLDER) and reused by every model that shares the transform.
 
 from vlbench.paths import (
     EMBEDDING_FILES,
     EMBEDDING_IDENTITY,
     EMBEDDING_SHARD_LIST,
     GATHER_TIMINGS,
-    PIXEL_CACHE_DIR,
     RANDOM_CHECKPOINT,
     modality_file,
 )
@@ -67,7 +66,6 @@ checkpoint embed:
         benchmarks=EMBED.benchmarks_of,
         # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the job:
         # a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
-        pixel_cache_dir=PIXEL_CACHE_DIR,
     # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give
     # each GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
     threads: config["embedding"]["threads"]

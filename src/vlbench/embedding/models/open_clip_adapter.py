@@ -358,8 +358,10 @@ def write_random_checkpoint(
     register_model_config(name, model_config)
     torch.manual_seed(seed)
     model = open_clip.create_model(name, pretrained=None, device="cpu")
-    with atomic_path(out_path) as tmp:
-        torch.save(model.state_dict(), tmp)
+    # Through a file object, so the archive's entries have torch's fixed prefix ("archive/"),
+    # not the temporary file's random name: the same seed writes the same bytes.
+    with atomic_path(out_path) as tmp, open(tmp, "wb") as file:
+        torch.save(model.state_dict(), file)
 
 
 def weights_files(spec: Mapping[str, Any]) -> list[Path]:
