@@ -12,6 +12,7 @@ import pytest
 from vlbench.embedding.shard_files import plan_shards, shard_digests
 from vlbench.planning.checks import model_fingerprint, source_files, source_fingerprint
 from vlbench.planning.fingerprints import CONTENT_HASH_BYTES, fingerprint
+from vlbench.planning.job_params import JobParams
 
 
 @pytest.fixture
@@ -106,6 +107,32 @@ def test_a_model_tracks_its_config_and_local_weights_only(tmp_path: Path) -> Non
     before = model_fingerprint(local)
     weights.write_bytes(b"v")
     assert model_fingerprint(local) != before and model_fingerprint(random_init).startswith("1 ")
+
+
+def test_job_params_fingerprint_once_per_parse_and_read_the_live_config(
+    tmp_path: Path, folder: Path
+) -> None:
+    """One parse fingerprints each model's and benchmark's files once (an edit is seen by the
+    next parse), and an identity carries what the config holds when it is asked (a commit
+    pinned on first use included)."""
+    arch = tmp_path / "arch.json"
+    arch.write_text("{}", encoding="utf-8")
+    config = {
+        "models": {"m": {"name": "arch", "model_config": str(arch), "random_init_seed": 0}},
+        "benchmarks": {"b": {"source": {"kind": "local", "path": str(folder)}}},
+        "embedding": {"batch_size": 8, "precision": "fp32", "storage_dtype": "float32"},
+    }
+    params = JobParams(config)
+    model_files, source_files = params.model_files("m"), params.source_files("b")
+    assert model_files == model_fingerprint(config["models"]["m"])
+    assert source_files == source_fingerprint(config["benchmarks"]["b"]["source"])
+    arch.write_text('{"embed_dim": 8}', encoding="utf-8")
+    assert params.model_files("m") == model_files
+    assert JobParams(config).model_files("m") != model_files
+    config["models"]["m"]["revision"] = "0" * 40
+    identity = params.embedding_identity("m")
+    assert list(identity) == ["model", "model_files", "embedding"]
+    assert identity["model"]["revision"] == "0" * 40 and identity["model_files"] == model_files
 
 
 def write_texts(path: Path, texts: list[str]) -> None:

@@ -9,18 +9,16 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from vlbench.config import result_keys
 from vlbench.errors import VlbenchError
 from vlbench.paths import FOLD_CLASSIFIERS
 from vlbench.planning.checks import (
     check_precisions_here,
     local_checkpoint,
-    model_fingerprint,
     model_spec_for_job,
-    source_fingerprint,
 )
 from vlbench.planning.embed_cut import embed_cut
 from vlbench.planning.invocation import executes_jobs
+from vlbench.planning.job_params import JobParams
 from vlbench.planning.plan import plan
 from vlbench.planning.rule_inputs import EmbedJobs
 from vlbench.planning.run_claim import claim_directory
@@ -61,6 +59,8 @@ EMBED_CUT = embed_cut(config["embedding"]["jobs"], workflow)
 logger.info(EMBED_CUT.line())
 config["embedding"]["jobs"] = EMBED_CUT.jobs
 EMBED = EmbedJobs(EMBED_CUT.jobs, MODELS, BENCHMARKS)
+# Fingerprints of the user files each job reads, and each model's embedding identity.
+JOB_PARAMS = JobParams(config)
 
 # On a cluster these light rules (seconds on summaries and parquet metadata) run on the submitting
 # host: a queued job per metric, table or plot would cost more than the work (docs/cluster.md).
@@ -113,31 +113,6 @@ def benchmark_source(wildcards):
     return config["benchmarks"][wildcards.benchmark]["source"]
 
 
-# Content tracking: a fingerprint of every user-supplied file a job reads is one of its params,
-# so an edit anywhere in a benchmark folder or a model file reruns exactly the jobs that read it
-# (computed once per parse; one stat per file, see vlbench.planning.fingerprints).
-@functools.cache
-def source_files_fingerprint(benchmark):
-    """Fingerprint of the user-supplied files of a benchmark's source ("" for hub sources)."""
-    return source_fingerprint(config["benchmarks"][benchmark]["source"])
-
-
-@functools.cache
-def model_files_fingerprint(model):
-    """Fingerprint of the user-supplied files of a model (model_config, local weights)."""
-    return model_fingerprint(config["models"][model])
-
-
-def embedding_identity(model):
-    """What a model's embeddings depend on besides the rows: the configured spec (random-init
-    seed included), its user files' fingerprint and the settings that change numbers."""
-    return {
-        "model": config["models"][model],
-        "model_files": model_files_fingerprint(model),
-        "embedding": result_keys(config, "embedding"),
-    }
-
-
 def embed_model_params(wildcards):
     """Per model of one embed job: the spec it loads (random-init models load their rule-made
     checkpoint) and its embeddings' identity."""
@@ -146,7 +121,7 @@ def embed_model_params(wildcards):
     return {
         model: {
             "spec": model_spec_for_job(model, config["models"][model]),
-            "identity": embedding_identity(model),
+            "identity": JOB_PARAMS.embedding_identity(model),
         }
         for model in EMBED.models_of(wildcards)
     }

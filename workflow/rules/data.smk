@@ -31,7 +31,7 @@ rule prepare_benchmark:
             config["benchmarks"][wildcards.benchmark], f"benchmarks.{wildcards.benchmark}"
         ),
         local_dir=lambda wildcards: local_root(wildcards.benchmark, benchmark_source(wildcards)),
-        source_files=lambda wildcards: source_files_fingerprint(wildcards.benchmark),
+        source_files=lambda wildcards: JOB_PARAMS.source_files(wildcards.benchmark),
     # Threads that decode images to check them (image_policy: skip); a speed knob read from
     # the config, not a param, so changing it reruns nothing (vlbench.config.RUN_TIME_KEYS).
     threads: config["prepare"]["threads"]

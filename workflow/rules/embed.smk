@@ -23,7 +23,7 @@ rule init_random_checkpoint:
         name=lambda wildcards: config["models"][wildcards.model]["name"],
         model_config=lambda wildcards: config["models"][wildcards.model]["model_config"],
         seed=lambda wildcards: config["models"][wildcards.model]["random_init_seed"],
-        model_files=lambda wildcards: model_files_fingerprint(wildcards.model),
+        model_files=lambda wildcards: JOB_PARAMS.model_files(wildcards.model),
     conda:
         "../../envs/vlbench.yaml"
     log:
@@ -89,7 +89,7 @@ rule embedding_identity:
     output:
         EMBEDDING_IDENTITY,
     params:
-        identity=lambda wildcards: embedding_identity(wildcards.model),
+        identity=lambda wildcards: JOB_PARAMS.embedding_identity(wildcards.model),
     conda:
         "../../envs/vlbench.yaml"
     log:

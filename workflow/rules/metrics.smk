@@ -7,7 +7,7 @@
 # faiss index of each gallery, and per direction the ranks, the metric rows and the per-query
 # outcomes (vlbench.paths INDEX, RANKS, METRICS, OUTCOMES).
 
-from vlbench.config import pick
+from vlbench.config import pick, result_keys
 from vlbench.metrics.probe_folds import sampler_settings
 from vlbench.paths import (
     BENCHMARK_META,
