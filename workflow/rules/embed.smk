@@ -33,7 +33,7 @@ rule init_random_checkpoint:
 
 
 # Each modality is cut into shards of embedding.shard_size rows, stored in the pair's resume
-# folder (results/embeddings/{model}/{benchmark}/shards/) under a content key (the rows' digest
+# folder (vlbench.paths.EMBEDDING_SHARDS) under a content key (the rows' digest
 # and the model's identity): a rerun reuses every stored shard whose key still matches, so a
 # killed job resumes shard by shard, an edited caption re-embeds only its text shard, and a
 # model whose shards are all stored is not even loaded. For each pair it covers, the job writes
