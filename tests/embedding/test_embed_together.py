@@ -210,3 +210,76 @@ def test_a_damaged_stored_image_shard_is_checked_once_and_embedded_again(
     assert [r["reused"] for r in records["a", "bench"]["image"]] == [True, False, True]
     assert all(r["reused"] for r in records["b", "bench"]["image"])
     assert np.array_equal(again["a"]["image"], first["a"]["image"])
+
+
+def predicting(
+    monkeypatch: pytest.MonkeyPatch, **transform: object
+) -> list[embedding_job.AheadPass | None]:
+    """Make every spec predict the geometry of `tiny_model(**transform)` (no normalisation, as
+    a prediction has none); returns the passes opened on a prediction."""
+    import dataclasses
+
+    from vlbench.embedding.image_transform import ImagePipeline
+
+    guess = dataclasses.replace(
+        ImagePipeline.from_model(tiny_model(**transform)), mean=None, std=None
+    )
+    monkeypatch.setattr(embedding_job, "predicted_pipeline", lambda spec: guess)
+    opened: list[embedding_job.AheadPass | None] = []
+    original = embedding_job.AheadPass.predicted
+
+    def recording(pairs):
+        ahead = original(pairs)
+        opened.append(ahead)
+        return ahead
+
+    monkeypatch.setattr(embedding_job.AheadPass, "predicted", staticmethod(recording))
+    return opened
+
+
+def test_a_pass_opened_on_a_predicted_geometry_gives_the_same_shards(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pass decodes on the predicted geometry before any model loads; the loaded
+    model confirms it, and every number and record is the one the job gives without it."""
+    import multiprocessing
+
+    plain_records, plain, _ = run(["b", "a"], sources, tmp_path / "plain", monkeypatch)
+    opened = predicting(monkeypatch)  # the geometry of "a" and "b"
+    records, predicted, loads = run(["b", "a"], sources, tmp_path / "predicted", monkeypatch)
+    assert loads == ["b", "a"] and len(opened) == 1 and opened[0] is not None
+    assert opened[0].key == ()  # taken by the first shard's pass
+    for key in "ab":
+        for modality in ("image", "text"):
+            assert np.array_equal(predicted[key][modality], plain[key][modality])
+        for got, want in zip(
+            records[key, "bench"]["image"], plain_records[key, "bench"]["image"], strict=True
+        ):
+            # The loaded model's summary, normalisation included (the first model's, "b").
+            assert got["pixel_geometry"] == want["pixel_geometry"]
+            assert tuple(got["pixel_geometry"]["mean"]) == (0.5, 0.4, 0.3)
+    assert multiprocessing.active_children() == []
+    notes = list((tmp_path / "predicted" / "pixels" / "bench").glob("*/geometry.json"))
+    plain_notes = list((tmp_path / "plain" / "pixels" / "bench").glob("*/geometry.json"))
+    assert [n.read_bytes() for n in notes] == [n.read_bytes() for n in plain_notes]
+
+
+def test_a_wrong_prediction_is_dropped_and_the_models_pass_opened(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A predicted geometry the loaded model does not have: that pass is closed (its decode
+    workers stopped, its partial cache shard removed) and the model's own pass embeds."""
+    import multiprocessing
+
+    _, plain, _ = run(["a"], sources, tmp_path / "plain", monkeypatch)
+    opened = predicting(monkeypatch, interpolation="bilinear")
+    _, predicted, _ = run(["a"], sources, tmp_path / "predicted", monkeypatch)
+    assert opened[0] is not None and opened[0].key != ()  # never taken
+    for modality in ("image", "text"):
+        assert np.array_equal(predicted["a"][modality], plain["a"][modality])
+    assert multiprocessing.active_children() == []
+    folders = sorted((tmp_path / "predicted" / "pixels" / "bench").iterdir())
+    wanted = {folder.name for folder in (tmp_path / "plain" / "pixels" / "bench").iterdir()}
+    for folder in folders:  # the predicted geometry's folder holds no file, not even a lock
+        files = [path.name for path in folder.iterdir()]
+        assert folder.name in wanted or files == [], files

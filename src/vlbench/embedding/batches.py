@@ -102,6 +102,14 @@ class PixelPass:
         finally:
             self.close()
 
+    def adopt(self, pipeline: ImagePipeline) -> None:
+        """Record `pipeline`, whose geometry is this pass's, as the pass's own: a pass opened on
+        a predicted geometry then notes the loaded model's summary (its normalisation too) in
+        its stats and the cache's description, as a pass opened for that model would."""
+        self.stats["pixel_geometry"] = pipeline.summary
+        if self._decode is not None:
+            self._decode.pipeline = pipeline
+
     def close(self) -> None:
         """Stop the decode workers (a partly filled cache shard is discarded) and let go of
         the fill lock; idempotent."""

@@ -13,6 +13,7 @@ stored loads no model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -27,7 +28,7 @@ import torch
 
 from vlbench.embedding.batches import PixelPass
 from vlbench.embedding.encode import embed_images_together, embed_shard
-from vlbench.embedding.gpu_slots import claim_gpu
+from vlbench.embedding.gpu_slots import GpuClaim, claim_gpu
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.models import (
@@ -36,6 +37,7 @@ from vlbench.embedding.models import (
     load_model,
     model_provenance,
 )
+from vlbench.embedding.models.open_clip_geometry import predicted_pipeline
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
@@ -106,8 +108,13 @@ def run_models(
     texts: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     held = 0
     ahead: AheadPass | None = None
-    imports = import_adapters_ahead(job.model for job in jobs.values())
+    imports: threading.Thread | None = None
     try:
+        # The first image pass starts decoding on the first model's predicted geometry before
+        # the adapters' modules import (its decode worker is forked while no other thread runs).
+        first_key = next(iter(jobs))[0] if jobs else ""
+        ahead = AheadPass.predicted({p: j for p, j in jobs.items() if p[0] == first_key})
+        imports = import_adapters_ahead(job.model for job in jobs.values())
         for model_key in dict.fromkeys(model for model, _ in jobs):
             pairs = {pair: job for pair, job in jobs.items() if pair[0] == model_key}
             first = next(iter(pairs.values()))
@@ -116,8 +123,9 @@ def run_models(
                 first.model, first.identity, first.settings.batch_size, model_key, imports
             )
             wave[model_key] = model
-            # The wave's first image pass starts decoding while the models load and embed texts.
-            ahead = ahead or AheadPass.open(pairs, model)
+            # The wave's first image pass starts decoding while the models load and embed texts
+            # (a pass opened on a prediction is kept only if the loaded model confirms it).
+            ahead = ahead.confirmed(pairs, model) if ahead else AheadPass.open(pairs, model)
             texts.update({pair: store_modality(job, "text", model) for pair, job in pairs.items()})
             if model.loaded is not None:
                 held += model_bytes(model.loaded[0])
@@ -129,7 +137,8 @@ def run_models(
     finally:
         if ahead is not None:
             ahead.pixels.close()
-        imports.join()
+        if imports is not None:
+            imports.join()
     return results
 
 
@@ -166,6 +175,8 @@ class AheadPass:
     shard: int
     key: tuple[Any, ...]
     pixels: PixelPass
+    # Opened on a predicted geometry (`predicted`), not yet confirmed by the loaded model.
+    predicted_only: bool = False
 
     @classmethod
     def open(
@@ -175,20 +186,56 @@ class AheadPass:
         learn its geometry), or None when there is none or its pixels cannot be shared. Stored
         shards are only looked up here (`ShardStore.listed`): `store_images` checks their files
         when it reuses them, and one found damaged there gets a pass of its own."""
-        for job in pairs.values():
-            store = ShardStore(job.resume_dir / "image", job.identity)
-            for shard in job.shards("image"):
-                if store.listed(shard) is not None:
-                    continue
-                loaded = model()[0]
-                key = pass_key(loaded, job.settings)
-                if key is None:
-                    return None
-                pipeline = ImagePipeline.from_model(loaded)
-                pin = loaded.device.type == "cuda"
-                pixels = PixelPass(pipeline, shard, job.settings, pin)
-                return cls(shard.source, shard.index, key, pixels)
-        return None
+        found = _first_unstored_image_shard(pairs)
+        if found is None:
+            return None
+        job, shard = found
+        loaded = model()[0]
+        key = pass_key(loaded, job.settings)
+        if key is None:
+            return None
+        pin = loaded.device.type == "cuda"
+        pixels = PixelPass(ImagePipeline.from_model(loaded), shard, job.settings, pin)
+        return cls(shard.source, shard.index, key, pixels)
+
+    @classmethod
+    def predicted(cls, pairs: Mapping[tuple[str, str], EmbeddingJob]) -> AheadPass | None:
+        """The pass `open` would give the pairs' model, opened before the model loads on the
+        geometry its spec predicts (`predicted_pipeline`), or None when nothing is predicted."""
+        first = next(iter(pairs.values()), None)
+        pipeline = predicted_pipeline(first.model) if first and first.settings.pixel_cache else None
+        if pipeline is None or not pipeline.cacheable:
+            return None
+        found = _first_unstored_image_shard(pairs)
+        if found is None:
+            return None
+        job, shard = found
+        # The job's GPU is claimed first: pinning the pass's batches initialises CUDA, after
+        # which narrowing CUDA_VISIBLE_DEVICES has no effect (vlbench.embedding.gpu_slots).
+        log.info(claimed_gpu().describe())
+        device_type = "cuda" if torch.cuda.device_count() > 0 else "cpu"  # as load_model picks
+        key = _key(pipeline, job.settings, device_type)
+        pixels = PixelPass(pipeline, shard, job.settings, device_type == "cuda")
+        log.info("image pass opened on the predicted geometry %s", pipeline.summary)
+        return cls(shard.source, shard.index, key, pixels, predicted_only=True)
+
+    def confirmed(
+        self, pairs: Mapping[tuple[str, str], EmbeddingJob], model: LoadModel
+    ) -> AheadPass | None:
+        """This pass, once the loaded model's pass key equals the predicted one (the pass then
+        records the model's own geometry summary); else it is closed and `open` gives the
+        model's pass."""
+        if not self.predicted_only:
+            return self
+        job = next(iter(pairs.values()))
+        loaded = model()[0]
+        if pass_key(loaded, job.settings) == self.key:
+            self.pixels.adopt(ImagePipeline.from_model(loaded))
+            self.predicted_only = False
+            return self
+        log.info("the loaded model's geometry differs from the predicted one: pass reopened")
+        self.pixels.close()
+        return AheadPass.open(pairs, model)
 
     def take(self, source: Path, shard: int, key: tuple[Any, ...] | None) -> PixelPass | None:
         """The opened pass if it is the one asked for (once), else None."""
@@ -248,13 +295,29 @@ def pass_key(model: EmbeddingModel, settings: EmbedSettings) -> tuple[Any, ...] 
     pipeline = ImagePipeline.from_model(model)
     if not (settings.pixel_cache and pipeline.cacheable):
         return None
+    return _key(pipeline, settings, model.device.type)
+
+
+def _key(pipeline: ImagePipeline, settings: EmbedSettings, device_type: str) -> tuple[Any, ...]:
     return (
         pipeline.geometry_key(settings.draft_decode),
         settings.batch_size,
         settings.decode_workers,
         settings.draft_decode,
-        model.device.type,
+        device_type,
     )
+
+
+def _first_unstored_image_shard(
+    pairs: Mapping[tuple[str, str], EmbeddingJob],
+) -> tuple[EmbeddingJob, Shard] | None:
+    """The first image shard of `pairs` that is not listed as stored, with its pair's job."""
+    for job in pairs.values():
+        store = ShardStore(job.resume_dir / "image", job.identity)
+        for shard in job.shards("image"):
+            if store.listed(shard) is None:
+                return job, shard
+    return None
 
 
 def model_bytes(model: EmbeddingModel) -> int:
@@ -354,6 +417,12 @@ def log_shard(record: dict[str, Any], reused: bool) -> None:
         )
 
 
+@functools.cache
+def claimed_gpu() -> GpuClaim:
+    """This process's GPU, claimed once (`claim_gpu`) before anything touches CUDA."""
+    return claim_gpu()
+
+
 class ModelOnce:
     """The job's model, loaded (on a GPU of its own, when there is one) the first time a shard
     needs it, then kept."""
@@ -378,7 +447,7 @@ class ModelOnce:
             if self.imports is not None:
                 self.imports.join()
             # Locally Snakemake sets no CUDA_VISIBLE_DEVICES: lock a GPU of our own first.
-            log.info(claim_gpu().describe())
+            log.info(claimed_gpu().describe())
             try:
                 model = load_model(self.spec)
             except VlbenchError as error:  # named by the config key the user wrote
