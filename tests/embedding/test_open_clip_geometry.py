@@ -14,7 +14,11 @@ from PIL import Image
 
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.models import load_model, write_random_checkpoint
-from vlbench.embedding.models.open_clip_geometry import predicted_pipeline, square_image_size
+from vlbench.embedding.models.open_clip_geometry import (
+    predicted_pipeline,
+    predicted_size,
+    square_image_size,
+)
 
 ARCHITECTURE = {
     "embed_dim": 16,
@@ -52,7 +56,7 @@ def test_nothing_is_predicted_where_the_files_do_not_decide(tmp_path: Path) -> N
     spec = architecture(tmp_path, "vlbench-geometry-wide", [32, 48])
     assert predicted_pipeline(spec) is None  # not square: open_clip resizes keeping the ratio
     square = architecture(tmp_path, "vlbench-geometry-square", 32)
-    assert predicted_pipeline(square) is not None
+    assert predicted_pipeline(square) is not None and predicted_size(square) == 32
     assert predicted_pipeline({**square, "pretrained": "openai"}) is None  # a tag's own config
     assert predicted_pipeline({**square, "adapter": "hf_clip"}) is None
     assert predicted_pipeline({**square, "name": "hf-hub:org/repo"}) is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import importlib
 import logging
 import os
 import platform
@@ -37,7 +38,7 @@ from vlbench.embedding.models import (
     load_model,
     model_provenance,
 )
-from vlbench.embedding.models.open_clip_geometry import predicted_pipeline
+from vlbench.embedding.models.open_clip_geometry import predicted_pipeline, predicted_size
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
@@ -203,11 +204,18 @@ class AheadPass:
         """The pass `open` would give the pairs' model, opened before the model loads on the
         geometry its spec predicts (`predicted_pipeline`), or None when nothing is predicted."""
         first = next(iter(pairs.values()), None)
-        pipeline = predicted_pipeline(first.model) if first and first.settings.pixel_cache else None
-        if pipeline is None or not pipeline.cacheable:
+        if first is None or not first.settings.pixel_cache or predicted_size(first.model) is None:
             return None
-        found = _first_unstored_image_shard(pairs)
-        if found is None:
+        # torchvision's transforms (seconds) import while the shards are hashed; the thread
+        # ends before the decode worker is forked.
+        importer = threading.Thread(target=_import_quietly, args=("torchvision.transforms",))
+        importer.start()
+        try:
+            found = _first_unstored_image_shard(pairs)
+        finally:
+            importer.join()
+        pipeline = predicted_pipeline(first.model)
+        if found is None or pipeline is None or not pipeline.cacheable:
             return None
         job, shard = found
         # The job's GPU is claimed first: pinning the pass's batches initialises CUDA, after
@@ -306,6 +314,12 @@ def _key(pipeline: ImagePipeline, settings: EmbedSettings, device_type: str) -> 
         settings.draft_decode,
         device_type,
     )
+
+
+def _import_quietly(module: str) -> None:
+    """Import `module` ahead (on a thread); a failure shows again where it is next imported."""
+    with contextlib.suppress(Exception):
+        importlib.import_module(module)
 
 
 def _first_unstored_image_shard(

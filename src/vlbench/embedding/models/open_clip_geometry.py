@@ -47,9 +47,9 @@ def square_image_size(model_config: str | Path) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
-def predicted_pipeline(spec: Mapping[str, Any]) -> ImagePipeline | None:
-    """The geometric steps open_clip will give the model of `spec` (module docstring), or None
-    when they do not follow from its files."""
+def predicted_size(spec: Mapping[str, Any]) -> int | None:
+    """The square image size of the model of `spec` when its geometry can be predicted (module
+    docstring), else None; reads the architecture file only (imports nothing)."""
     if spec.get("adapter", "open_clip") != "open_clip":
         return None
     config_file, pretrained = spec.get("model_config"), spec.get("pretrained")
@@ -57,7 +57,13 @@ def predicted_pipeline(spec: Mapping[str, Any]) -> ImagePipeline | None:
         return None
     if split_schema(spec.get("name", ""))[0] is not None:
         return None
-    size = square_image_size(config_file)
+    return square_image_size(config_file)
+
+
+def predicted_pipeline(spec: Mapping[str, Any]) -> ImagePipeline | None:
+    """The geometric steps open_clip will give the model of `spec` (module docstring), or None
+    when they do not follow from its files (imports torchvision's transforms)."""
+    size = predicted_size(spec)
     if size is None:
         return None
     from torchvision.transforms import CenterCrop, Compose, InterpolationMode, Resize, ToTensor
