@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import importlib
 import logging
 import os
 import platform
@@ -38,6 +37,7 @@ from vlbench.embedding.models import (
     load_model,
     model_provenance,
 )
+from vlbench.embedding.models.dispatch import import_ahead
 from vlbench.embedding.models.open_clip_geometry import predicted_pipeline, predicted_size
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
@@ -208,8 +208,7 @@ class AheadPass:
             return None
         # torchvision's transforms (seconds) import while the shards are hashed; the thread
         # ends before the decode worker is forked.
-        importer = threading.Thread(target=_import_quietly, args=("torchvision.transforms",))
-        importer.start()
+        importer = import_ahead(["torchvision.transforms"])
         try:
             found = _first_unstored_image_shard(pairs)
         finally:
@@ -314,12 +313,6 @@ def _key(pipeline: ImagePipeline, settings: EmbedSettings, device_type: str) -> 
         settings.draft_decode,
         device_type,
     )
-
-
-def _import_quietly(module: str) -> None:
-    """Import `module` ahead (on a thread); a failure shows again where it is next imported."""
-    with contextlib.suppress(Exception):
-        importlib.import_module(module)
 
 
 def _first_unstored_image_shard(

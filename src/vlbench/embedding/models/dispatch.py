@@ -93,20 +93,26 @@ def adapter_of(spec: Mapping[str, Any]) -> Adapter:
     return ADAPTERS[name]
 
 
-def import_adapters_ahead(specs: Iterable[Mapping[str, Any]]) -> threading.Thread:
-    """Start importing the modules of the specs' adapters (open_clip, transformers: seconds) on
-    a thread, so that they load while the job plans and hashes its shards; join it before the
-    first `load_model`. An import that fails there fails again, with its message, in the load."""
+def import_ahead(modules: list[str], name: str = "imports-ahead") -> threading.Thread:
+    """Start importing `modules` on a thread (join it before using them). An import that fails
+    there fails again, with its message, where the module is next imported."""
 
-    def run(modules: list[str]) -> None:
+    def run() -> None:
         for module in modules:
             with contextlib.suppress(Exception):
                 importlib.import_module(module)
 
-    modules = sorted({f"vlbench.embedding.models.{adapter_of(spec).module}" for spec in specs})
-    thread = threading.Thread(target=run, args=(modules,), name="adapter-imports")
+    thread = threading.Thread(target=run, name=name)
     thread.start()
     return thread
+
+
+def import_adapters_ahead(specs: Iterable[Mapping[str, Any]]) -> threading.Thread:
+    """Start importing the modules of the specs' adapters (open_clip, transformers: seconds) on
+    a thread (`import_ahead`), so that they load while the job plans and hashes its shards; join
+    it before the first `load_model`."""
+    modules = sorted({f"vlbench.embedding.models.{adapter_of(spec).module}" for spec in specs})
+    return import_ahead(modules, "adapter-imports")
 
 
 def load_model(spec: Mapping[str, Any], device: torch.device | None = None) -> EmbeddingModel:
