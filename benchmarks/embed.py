@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +114,22 @@ def photo_jpeg(seed: int, width: int, height: int, quality: int = 90) -> bytes:
     return buffer.getvalue()
 
 
-def make_pairs(pairs: int, width: int, height: int, seed: int = 0) -> tuple[list, list[str]]:
-    """Unique JPEGs and captions (captions made unique by their row number)."""
+def _photo(args: tuple[int, int, int]) -> bytes:
+    return photo_jpeg(*args)
+
+
+def make_pairs(
+    pairs: int, width: int, height: int, seed: int = 0, processes: int = 1
+) -> tuple[list, list[str]]:
+    """Unique JPEGs (made by `processes` processes) and captions (made unique by their row
+    number)."""
     rng = np.random.default_rng(seed)
-    images = [photo_jpeg(seed * 1_000_003 + row, width, height) for row in range(pairs)]
+    jobs = [(seed * 1_000_003 + row, width, height) for row in range(pairs)]
+    if processes > 1:
+        with ProcessPoolExecutor(processes) as pool:
+            images = list(pool.map(_photo, jobs, chunksize=16))
+    else:
+        images = [_photo(job) for job in jobs]
     captions = [f"{make_caption(rng)} (slide {row})" for row in range(pairs)]
     return images, captions
 
@@ -146,17 +159,23 @@ def write_hub_source(directory: Path, images: list[bytes], captions: list[str]) 
     pq.write_table(table, directory / "data" / "test-00000-of-00001.parquet", row_group_size=256)
 
 
-def write_webdataset(directory: Path, images: list[bytes], captions: list[str]) -> None:
-    """The same pairs as a clip_benchmark retrieval webdataset (one tar shard)."""
+def write_webdataset(
+    directory: Path, images: list[bytes], captions: list[str], shards: int = 1
+) -> None:
+    """The same pairs as a clip_benchmark retrieval webdataset, in `shards` tar shards (one per
+    decode worker: webdataset hands each worker whole shards, and fails with fewer shards than
+    workers)."""
     (directory / "test").mkdir(parents=True, exist_ok=True)
     (directory / "dataset_type.txt").write_text("retrieval\n")
-    (directory / "test" / "nshards.txt").write_text("1\n")
-    with tarfile.open(directory / "test" / "0.tar", "w") as tar:
-        for row, (data, caption) in enumerate(zip(images, captions, strict=True)):
-            for suffix, payload in (("jpg", data), ("txt", caption.encode())):
-                info = tarfile.TarInfo(f"{row:06d}.{suffix}")
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
+    (directory / "test" / "nshards.txt").write_text(f"{shards}\n")
+    rows = len(images)
+    for shard in range(shards):
+        with tarfile.open(directory / "test" / f"{shard}.tar", "w") as tar:
+            for row in range(shard * rows // shards, (shard + 1) * rows // shards):
+                for suffix, payload in (("jpg", images[row]), ("txt", captions[row].encode())):
+                    info = tarfile.TarInfo(f"{row:06d}.{suffix}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
 
 
 def write_canonical(directory: Path, images: list[bytes], captions: list[str]) -> None:
@@ -361,7 +380,7 @@ def settle(seconds: float = 5.0) -> None:
     time.sleep(seconds)
 
 
-def run_vlbench(run_dir: Path, config: str, fresh: bool = True) -> float:
+def run_vlbench(run_dir: Path, config: str, fresh: bool = True, cores: int = 2) -> float:
     """Run the workflow up to its metrics table (in a fresh directory unless `fresh` is False,
     then on what is there); return wall seconds.
 
@@ -377,7 +396,7 @@ def run_vlbench(run_dir: Path, config: str, fresh: bool = True) -> float:
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(run_dir),
         "--configfile", str(run_dir / "config.yaml"),
-        "--cores", "2", "results/tables/metrics.csv",
+        "--cores", str(cores), "results/tables/metrics.csv",
     ]  # fmt: skip
     began = time.perf_counter()
     with open(run_dir / "snakemake.log", "w") as log:
@@ -662,6 +681,7 @@ def main() -> None:
     parser.add_argument("--rss-height", type=int, default=1300)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--num-workers", type=int, default=1)
+    parser.add_argument("--cores", type=int, default=2, help="(b): the workflow's --cores")
     parser.add_argument("--demo", type=Path, help="a finished demo-config run directory")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks/runs/embed")
     parser.add_argument("--parts", default="abcdeg")
@@ -683,12 +703,12 @@ def main() -> None:
     results[f"machine_start_{args.parts}"] = machine()
     results[f"args_{args.parts}"] = vars(args) | {"demo": str(args.demo), "workdir": str(work)}
     began = time.perf_counter()
-    images, captions = make_pairs(args.pairs, args.width, args.height)
+    images, captions = make_pairs(args.pairs, args.width, args.height, processes=args.cores)
     results["jpeg_kib_mean"] = float(np.mean([len(b) for b in images]) / 1024)
     results["setup_seconds"] = time.perf_counter() - began
     write_canonical(work / "canonical", images, captions)
     write_hub_source(work / "hub", images, captions)
-    write_webdataset(work / "wds", images, captions)
+    write_webdataset(work / "wds", images, captions, shards=max(args.num_workers, 1))
     checkpoints = save_checkpoints(work / "checkpoints")
     del images, captions
     settle()
@@ -707,7 +727,7 @@ def main() -> None:
             theirs_seconds, theirs = run_clip_benchmark(
                 work / "wds", checkpoints, batch, workers, clip_dir
             )
-        seconds = run_vlbench(run_dir, config)
+        seconds = run_vlbench(run_dir, config, cores=args.cores)
         ours = vlbench_recalls(run_dir)
         if not args.clip_first:
             theirs_seconds, theirs = run_clip_benchmark(
