@@ -103,6 +103,18 @@ def test_second_run_has_nothing_to_do(demo_run: Path) -> None:
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
+def test_a_local_run_selects_jobs_once_per_finished_job(demo_run: Path, tmp_path: Path) -> None:
+    """Without Snakemake's default job rate limiter, whose timers add a wake-up a second for
+    every finished job, the scheduler looks at the ready jobs once per job that ends
+    (vlbench.planning.invocation.drop_default_rate_limit)."""
+    run = copy_of_run(demo_run, tmp_path)
+    result = run_workflow(run, run / "config.yaml", "--forcerun", "prepare_benchmark", "--verbose")
+    output = result.stdout + result.stderr
+    finished = len(re.findall(r"^Finished jobid", output, re.MULTILINE))
+    rounds = len(re.findall(r"Ready jobs", output))
+    assert finished >= 10 and rounds <= finished, (finished, rounds)
+
+
 def test_no_process_outlives_the_run(demo_run: Path) -> None:
     """The shared demo run and its report ran as children of a child subreaper (see
     `workflow_helpers.watch_processes`): no process they started, a job, a decode worker or a

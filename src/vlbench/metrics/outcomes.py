@@ -84,21 +84,22 @@ class QueryRanks:
         return self.per_query_sum((self.n_tied > 0).astype(np.float64)) > 0
 
 
-def _log_comb(n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    from scipy.special import gammaln  # imported here: ranking jobs never need it
-
-    return gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+@lru_cache(maxsize=4096)
+def _log_all_missed(n: int, r: int, k: int) -> float:
+    """log P(none of r relevant items among n is in the top k) = log C(n-r, k)/C(n, k), as the
+    sum of log1p(-r/(n-t)) for t < k: exact to rounding, where a difference of log-gammas of
+    large galleries loses six digits to cancellation (and needs scipy.special)."""
+    return math.fsum(math.log1p(-r / (n - t)) for t in range(k))
 
 
 def hit_rate(q: QueryRanks, k: int) -> tuple[np.ndarray, np.ndarray]:
     """1 when any relevant item is in the top k (CLIP papers' Recall@k); chance
     1 - C(N-r, k)/C(N, k)."""
-    n, r = q.gallery_size, q.n_relevant()
-    misses_all = k < n - r + 1
-    chance = np.ones(q.n_queries)
-    nn, rr = n[misses_all], r[misses_all]
-    log_miss = _log_comb(nn - rr, np.full_like(nn, k)) - _log_comb(nn, np.full_like(nn, k))
-    chance[misses_all] = 1.0 - np.exp(log_miss)
+    pairs = zip(q.gallery_size.tolist(), q.n_relevant().tolist(), strict=True)
+    chance = np.array(
+        [-math.expm1(_log_all_missed(n, r, k)) if k <= n - r else 1.0 for n, r in pairs],
+        dtype=np.float64,
+    )
     return (q.best_rank() <= k).astype(np.float64), chance
 
 
@@ -117,12 +118,15 @@ def average_recall(q: QueryRanks, ks: tuple[int, ...] = (1, 5, 10, 20)) -> tuple
 
 @lru_cache(maxsize=4096)
 def _chance_reciprocal_min(n: int, r: int) -> float:
-    """E[1/min] of the positions of r relevant items placed uniformly among n."""
+    """E[1/min] of the positions of r relevant items placed uniformly among n.
+
+    P(min >= j) is the product of 1 - r/(n-t+1) for t < j (the first j-1 positions all
+    missed), and P(min = j) = P(min >= j) * r/(n-j+1): sums of log1p and products, with no
+    difference of nearly equal terms.
+    """
     j = np.arange(1, n - r + 2, dtype=np.float64)
-    log_at_least = _log_comb(n - j + 1, np.full_like(j, r)) - math.lgamma(n + 1)
-    log_at_least += math.lgamma(r + 1) + math.lgamma(n - r + 1)
-    at_least = np.exp(log_at_least)
-    exactly = at_least - np.append(at_least[1:], 0.0)
+    log_at_least = np.concatenate(([0.0], np.cumsum(np.log1p(-r / (n - j[:-1] + 1)))))
+    exactly = np.exp(log_at_least) * r / (n - j + 1)
     return float(np.sum(exactly / j))
 
 

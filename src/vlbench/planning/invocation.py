@@ -25,3 +25,30 @@ def executes_jobs(workflow: Any) -> bool:
         and not workflow.dryrun
         and not workflow.touch
     )
+
+
+# Snakemake 9's --max-jobs-per-timespan default, "100/1s" (snakemake/cli.py, group_behavior):
+# at most 100 job starts per second.
+DEFAULT_RATE_LIMIT = (100, 1.0)
+
+
+def drop_default_rate_limit(workflow: Any) -> bool:
+    """Switch off the job rate limiter of a local run left at Snakemake's default limit.
+
+    Called from the workflow's `onstart` (the scheduler exists, no job has started). The limiter
+    arms a timer after every scheduling round and each timer's round arms another, so after n
+    finished jobs n timer chains wake the scheduler n times a second, and every round re-reads
+    the input sizes of all ready jobs (snakemake/snakemake#3744): on the biocap.yaml fixtures
+    (601 jobs) the main process spent most of a core on it. A local run submits to no queue, so
+    the default limit protects nothing there. A limit given on the command line other than the
+    default, and cluster runs, keep it. Returns whether the limiter was switched off.
+    """
+    settings = workflow.scheduling_settings
+    scheduler = getattr(workflow, "scheduler", None)
+    limit = None if settings is None else settings.max_jobs_per_timespan
+    if not workflow.local_exec or scheduler is None or limit is None:
+        return False
+    if (limit.max_jobs, float(limit.timespan)) != DEFAULT_RATE_LIMIT:
+        return False
+    scheduler.job_rate_limiter = None
+    return True
