@@ -23,7 +23,7 @@ from vlbench.errors import VlbenchError
 def test_chunks_stay_inside_row_groups_and_cover_the_range(tmp_path: Path) -> None:
     source = tmp_path / "texts.parquet"
     write_texts(source, 23, row_group_size=7)
-    chunks = plan_chunks(source, 3, 20, batch_size=5)
+    chunks = plan_chunks(source, 3, 20, chunk_rows=5)
     groups = [7, 7, 7, 2]
     rows = []
     for chunk in chunks:
@@ -68,7 +68,7 @@ def test_chunks_read_in_small_batches_match_the_whole_file(
     write_images(source, 23, row_group_size=10)
     expected = pq.read_table(source).column("image").to_pylist()
     pipeline = ImagePipeline.from_model(tiny_model())
-    chunks = plan_chunks(source, 2, 23, batch_size=4)
+    chunks = plan_chunks(source, 2, 23, chunk_rows=4)
     dataset = ImageChunks(source, chunks, pipeline)
     items = list(stream_image_chunks(dataset, num_workers=workers, pin_memory=False))
     assert [i for item in items for i in item["ids"]] == [f"img-{r:04d}" for r in range(2, 23)]

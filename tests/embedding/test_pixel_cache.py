@@ -24,7 +24,7 @@ from vlbench import atomic
 from vlbench.atomic import sweep_partials
 from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.image_transform import ImagePipeline
-from vlbench.embedding.loader import decode_image
+from vlbench.embedding.loader import decode_chunk_rows, decode_image
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter, source_fingerprint
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
@@ -115,16 +115,28 @@ def test_embeddings_through_cache_equal_reference_bitwise(
         assert np.array_equal(matrix, reference)
 
 
+@pytest.mark.parametrize("workers", [2, 3])
 def test_worker_processes_keep_row_order(
-    images_file: tuple[Path, list[bytes]], tmp_path: Path
+    images_file: tuple[Path, list[bytes]], tmp_path: Path, workers: int
 ) -> None:
+    """Each batch of 4 is split across the workers (chunks of 2 rows, or 2 and 1 around a
+    row-group edge); with the pixel cache off, cold and warm, the reference's rows and bits."""
+    assert decode_chunk_rows(4, workers) == 2
     source, images = images_file
     model = tiny_model()
     reference = reference_image_embeddings(model, images[5:19], batch_size=4)
-    run = settings(num_workers=2, pixel_cache=False)
-    ids, matrix, _ = embed_rows(model, rows(source, 5, 19), run)
-    assert ids == [f"img-{row:04d}" for row in range(5, 19)]
-    assert np.array_equal(matrix, reference)
+    for cache, state in ((False, "off"), (True, "miss"), (True, "hit")):
+        run = settings(num_workers=workers, pixel_cache=cache)
+        ids, matrix, stats = embed_rows(model, rows(source, 5, 19, tmp_path), run)
+        assert stats["pixel_cache"].startswith(state)
+        assert ids == [f"img-{row:04d}" for row in range(5, 19)]
+        assert np.array_equal(matrix, reference)
+
+
+def test_a_batch_is_split_across_the_decode_workers() -> None:
+    assert [decode_chunk_rows(256, workers) for workers in (0, 1, 2, 14, 256, 300)] == [
+        256, 256, 128, 19, 1, 1,
+    ]  # fmt: skip
 
 
 def test_models_sharing_a_geometry_share_the_cache_and_keep_their_own_normalisation(

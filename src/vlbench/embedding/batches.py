@@ -15,7 +15,13 @@ import torch
 
 from vlbench.data.decode_policy import DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
-from vlbench.embedding.loader import ImageChunks, plan_chunks, stream_image_chunks
+from vlbench.embedding.loader import (
+    PREFETCH_BATCHES,
+    ImageChunks,
+    decode_chunk_rows,
+    plan_chunks,
+    stream_image_chunks,
+)
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
@@ -153,15 +159,18 @@ class _Decode:
         self.pipeline = pipeline
         self.settings = settings
         self.cache = cache
+        rows = decode_chunk_rows(settings.batch_size, settings.decode_workers)
         dataset = ImageChunks(
             shard.source,
-            plan_chunks(shard.source, shard.start, shard.stop, settings.batch_size),
+            plan_chunks(shard.source, shard.start, shard.stop, rows),
             pipeline,
             draft=settings.draft_decode,
             policy=policy,
         )
+        # As many rows decoded ahead per worker as with whole batches per chunk.
+        prefetch = PREFETCH_BATCHES * -(-settings.batch_size // rows)
         self.chunks: Generator[dict[str, Any], None, None] | None = stream_image_chunks(
-            dataset, settings.decode_workers, pin
+            dataset, settings.decode_workers, pin, prefetch
         )
         self.writer = PixelShardWriter(cache, shard.start, shard.stop) if cache else None
         self.success = False

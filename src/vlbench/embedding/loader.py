@@ -25,9 +25,17 @@ from vlbench.data.decode_policy import LEGACY, DecodePolicy, read_policy
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.errors import VlbenchError
 
-# Chunks each decode worker decodes ahead: enough to keep decoding while the job loads the
+# Batches each decode worker decodes ahead: enough to keep decoding while the job loads the
 # other models of a wave and embeds their texts (a few seconds) before it takes the first one.
-PREFETCH_CHUNKS = 4
+PREFETCH_BATCHES = 4
+
+
+def decode_chunk_rows(batch_size: int, workers: int) -> int:
+    """Rows per decode chunk: a batch split across the workers, so the first batch is ready
+    once each worker has decoded its share. With whole batches per worker, 14 workers and
+    batches of 256 kept the GPU waiting about 8 s for the first (one worker decoding 256
+    images alone; benchmarks/RESULTS.md, the first GPU run)."""
+    return max(1, -(-batch_size // max(workers, 1)))
 
 
 @dataclass(frozen=True)
@@ -39,16 +47,16 @@ class Chunk:
     length: int
 
 
-def plan_chunks(source: str | Path, start: int, stop: int, batch_size: int) -> list[Chunk]:
-    """Cut global rows [start, stop) into chunks of at most `batch_size` rows within row groups."""
+def plan_chunks(source: str | Path, start: int, stop: int, chunk_rows: int) -> list[Chunk]:
+    """Cut global rows [start, stop) into chunks of at most `chunk_rows` rows within row groups."""
     metadata = pq.ParquetFile(source).metadata
     chunks = []
     first = 0
     for group in range(metadata.num_row_groups):
         rows = metadata.row_group(group).num_rows
         low, high = max(start, first), min(stop, first + rows)
-        for begin in range(low, high, batch_size):
-            chunks.append(Chunk(group, begin - first, min(batch_size, high - begin)))
+        for begin in range(low, high, chunk_rows):
+            chunks.append(Chunk(group, begin - first, min(chunk_rows, high - begin)))
         first += rows
     return chunks
 
@@ -210,17 +218,17 @@ class RowGroupCursor:
 
 
 def stream_image_chunks(
-    dataset: ImageChunks, num_workers: int, pin_memory: bool
+    dataset: ImageChunks, num_workers: int, pin_memory: bool, prefetch: int = PREFETCH_BATCHES
 ) -> Generator[dict[str, Any], None, None]:
     """The dataset's chunks in order, decoded by `num_workers` worker processes, which start
-    at the call (and decode up to PREFETCH_CHUNKS chunks each before the first is taken)."""
+    at the call (and decode up to `prefetch` chunks each before the first is taken)."""
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=None,
         shuffle=False,
         num_workers=num_workers,
         pin_memory=pin_memory,
-        prefetch_factor=PREFETCH_CHUNKS if num_workers > 0 else None,
+        prefetch_factor=prefetch if num_workers > 0 else None,
         persistent_workers=False,
     )
     return _checked(iter(loader))
