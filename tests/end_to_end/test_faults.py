@@ -10,6 +10,7 @@ that two runs on the CPU give byte-identical embeddings, ranks and tables.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -17,30 +18,45 @@ from pathlib import Path
 
 import pytest
 from stored_files import files_under
-from workflow_helpers import run_in_own_session, snakemake_command, write_shared_demo
+from workflow_helpers import (
+    copy_of_run,
+    run_in_own_session,
+    snakemake_command,
+    write_shared_demo,
+)
 
 from vlbench.atomic import CRASH_ENV
 from vlbench.planning.run_end import INTERRUPTED
 
 # Whole-workflow kills at three points: an embedding shard (the GPU job, resumed per shard), a
-# rank file (the evaluation job, several inputs and outputs) and the final table. Every kind of
-# atomic write is also killed before its rename in a fast unit test (tests/test_atomic.py,
-# CRASH_SITES).
-CRASH_POINTS = [
-    "*/results/embeddings/*/shards/text/shard-00001.npy",
-    "*/results/ranks/*/image_to_text.parquet",
-    "*/results/tables/metrics.csv",
-]
+# rank file (the evaluation job, several inputs and outputs) and the final table. Each run starts
+# from a copy of the shared clean run with the rule of the killed job forced (Snakemake removes
+# that job's outputs before it starts; the embedding job's stored shards, which it would reuse,
+# are removed too), so it and every job after it run again. Every kind of atomic write is also
+# killed before its rename in a fast unit test (tests/test_atomic.py, CRASH_SITES).
+CRASH_POINTS = {
+    "*/results/embeddings/*/shards/text/shard-00001.npy": "embed",
+    "*/results/ranks/*/image_to_text.parquet": "evaluate_paired",
+    "*/results/tables/metrics.csv": "tables",
+}
+
+
+def forced_copy(demo_run: Path, tmp_path: Path, rule: str) -> tuple[Path, list[str]]:
+    """A copy of the shared clean run, and the options that run `rule`'s jobs again from
+    scratch (the embedding job without its stored shards)."""
+    workdir = copy_of_run(demo_run, tmp_path)
+    if rule == "embed":
+        for shards in (workdir / "results" / "embeddings").glob("*/*/shards"):
+            shutil.rmtree(shards)
+    return workdir, ["--forcerun", rule]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_killed_run_resumes_to_the_clean_runs_bytes(
     point: str, demo_run: Path, tmp_path: Path
 ) -> None:
-    workdir = tmp_path / "run"
-    workdir.mkdir()
-    write_shared_demo(workdir)
-    killed = run_in_own_session(workdir, env={CRASH_ENV: point})
+    workdir, forced = forced_copy(demo_run, tmp_path, CRASH_POINTS[point])
+    killed = run_in_own_session(workdir, *forced, env={CRASH_ENV: point})
     assert killed.returncode == -signal.SIGKILL, (
         f"the crash point {point} was never reached:\n{killed.stderr[-2000:]}"
     )
@@ -85,11 +101,10 @@ def running_script(workdir: Path, name: str) -> bool:
 def test_ctrl_c_mid_embedding_stops_with_one_line_and_the_same_command_resumes(
     demo_run: Path, tmp_path: Path
 ) -> None:
-    workdir = tmp_path / "run"
-    workdir.mkdir()
-    write_shared_demo(workdir)
+    workdir, forced = forced_copy(demo_run, tmp_path, "embed")
+    (workdir / "results" / "tables" / "metrics.csv").unlink()  # made again only after the embedding
     run = subprocess.Popen(
-        snakemake_command(workdir),
+        snakemake_command(workdir, *forced),
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
