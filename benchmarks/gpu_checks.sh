@@ -5,7 +5,8 @@
 #   part 1: benchmarks/embed_gpu.py (pipeline vs model-only forward, ViT-L-14 bf16)
 #   part 2: benchmarks/embed.py --parts b (the workflow vs clip_benchmark, 3 models, on the GPU)
 #
-#   bash benchmarks/gpu_checks.sh            (device tool: carry [".whl"], timeout_s 540)
+#   bash benchmarks/gpu_checks.sh            (device tool: carry [".whl"], timeout_s 540;
+#                                             what .whl holds: benchmarks/GPU.md)
 #
 # Each part runs under its own `timeout`; one failing does not stop the other. Everything is
 # written to $OUT (log.txt, results_gpu.json, results.json, gpu_util.csv, gpu_apps.csv,
