@@ -118,18 +118,24 @@ def _photo(args: tuple[int, int, int]) -> bytes:
     return photo_jpeg(*args)
 
 
+def make_photos(
+    count: int, width: int, height: int, seed: int = 0, processes: int = 1
+) -> list[bytes]:
+    """`count` unique photo-like JPEGs (`photo_jpeg` of seeds seed * 1_000_003 + row), made by
+    `processes` processes."""
+    jobs = [(seed * 1_000_003 + row, width, height) for row in range(count)]
+    if processes <= 1:
+        return [_photo(job) for job in jobs]
+    with ProcessPoolExecutor(processes) as pool:
+        return list(pool.map(_photo, jobs, chunksize=16))
+
+
 def make_pairs(
     pairs: int, width: int, height: int, seed: int = 0, processes: int = 1
 ) -> tuple[list, list[str]]:
-    """Unique JPEGs (made by `processes` processes) and captions (made unique by their row
-    number)."""
+    """Unique JPEGs (`make_photos`) and captions (made unique by their row number)."""
     rng = np.random.default_rng(seed)
-    jobs = [(seed * 1_000_003 + row, width, height) for row in range(pairs)]
-    if processes > 1:
-        with ProcessPoolExecutor(processes) as pool:
-            images = list(pool.map(_photo, jobs, chunksize=16))
-    else:
-        images = [_photo(job) for job in jobs]
+    images = make_photos(pairs, width, height, seed, processes)
     captions = [f"{make_caption(rng)} (slide {row})" for row in range(pairs)]
     return images, captions
 

@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import open_clip
@@ -31,17 +30,13 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from embed import photo_jpeg
+from embed import make_photos
 
 from vlbench.data.canonical import IMAGES_SCHEMA
 from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
-
-
-def _jpeg(args: tuple[int, int, int]) -> bytes:
-    return photo_jpeg(*args)
 
 
 def preprocess_batch(model, blobs: list[bytes]) -> torch.Tensor:
@@ -63,9 +58,7 @@ def main() -> None:
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    jobs = [(seed, args.width, args.height) for seed in range(args.images)]
-    with ProcessPoolExecutor(args.workers) as pool:
-        images = list(pool.map(_jpeg, jobs, chunksize=16))
+    images = make_photos(args.images, args.width, args.height, processes=args.workers)
     source = work / "images.parquet"
     ids = [str(i) for i in range(args.images)]
     table = pa.table([ids, images, pa.nulls(len(ids), pa.string())], schema=IMAGES_SCHEMA)

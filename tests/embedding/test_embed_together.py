@@ -225,7 +225,7 @@ def predicting(
         ImagePipeline.from_model(tiny_model(**transform)), mean=None, std=None
     )
     monkeypatch.setattr(embedding_job, "predicted_size", lambda spec: 64)
-    monkeypatch.setattr(embedding_job, "predicted_pipeline", lambda spec: guess)
+    monkeypatch.setattr(embedding_job, "square_pipeline", lambda size: guess)
     opened: list[embedding_job.AheadPass | None] = []
     original = embedding_job.AheadPass.predicted
 

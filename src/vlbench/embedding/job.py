@@ -38,7 +38,7 @@ from vlbench.embedding.models import (
     model_provenance,
 )
 from vlbench.embedding.models.dispatch import import_ahead
-from vlbench.embedding.models.open_clip_geometry import predicted_pipeline, predicted_size
+from vlbench.embedding.models.open_clip_geometry import predicted_size, square_pipeline
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
 from vlbench.embedding.shard_list import write_shard_list
@@ -202,9 +202,10 @@ class AheadPass:
     @classmethod
     def predicted(cls, pairs: Mapping[tuple[str, str], EmbeddingJob]) -> AheadPass | None:
         """The pass `open` would give the pairs' model, opened before the model loads on the
-        geometry its spec predicts (`predicted_pipeline`), or None when nothing is predicted."""
+        geometry its spec predicts (`predicted_size`), or None when nothing is predicted."""
         first = next(iter(pairs.values()), None)
-        if first is None or not first.settings.pixel_cache or predicted_size(first.model) is None:
+        size = predicted_size(first.model) if first and first.settings.pixel_cache else None
+        if size is None:
             return None
         # torchvision's transforms (seconds) import while the shards are hashed; the thread
         # ends before the decode worker is forked.
@@ -213,8 +214,10 @@ class AheadPass:
             found = _first_unstored_image_shard(pairs)
         finally:
             importer.join()
-        pipeline = predicted_pipeline(first.model)
-        if found is None or pipeline is None or not pipeline.cacheable:
+        if found is None:
+            return None
+        pipeline = square_pipeline(size)
+        if not pipeline.cacheable:
             return None
         job, shard = found
         # The job's GPU is claimed first: pinning the pass's batches initialises CUDA, after

@@ -64,8 +64,11 @@ def predicted_pipeline(spec: Mapping[str, Any]) -> ImagePipeline | None:
     """The geometric steps open_clip will give the model of `spec` (module docstring), or None
     when they do not follow from its files (imports torchvision's transforms)."""
     size = predicted_size(spec)
-    if size is None:
-        return None
+    return None if size is None else square_pipeline(size)
+
+
+def square_pipeline(size: int) -> ImagePipeline:
+    """open_clip's default geometric steps for a square image size (module docstring)."""
     from torchvision.transforms import CenterCrop, Compose, InterpolationMode, Resize, ToTensor
 
     steps = [Resize(size, interpolation=InterpolationMode.BICUBIC), CenterCrop((size, size))]
