@@ -202,12 +202,14 @@ def test_paired_rows_test_every_pair_on_the_common_queries(tmp_path) -> None:
 
 @pytest.mark.parametrize("n,r,k", [(100_000, 3, 10), (1_000, 50, 100), (20, 19, 1), (5_000, 1, 5)])
 def test_chance_levels_of_large_galleries_equal_exact_binomial_arithmetic(n, r, k) -> None:
-    """Hit-rate and MRR chance on galleries too large to enumerate, against exact integer
-    arithmetic (`math.comb`, fractions)."""
+    """Hit-rate and MRR chance on galleries too large to enumerate, against integer arithmetic
+    (`math.comb`; fractions, and for MRR's sum each term floored at 10^-40 of its scale)."""
     one = query_ranks([tuple(range(1, r + 1))], n)
     exact_hit = 1 - Fraction(math.comb(n - r, k), math.comb(n, k))
     assert hit_rate(one, k)[1][0] == pytest.approx(float(exact_hit), rel=1e-12, abs=1e-15)
     # P(first relevant item at position j) = C(n - j, r - 1) / C(n, r).
-    total = math.comb(n, r)
-    exact_mrr = sum(Fraction(math.comb(n - j, r - 1), total * j) for j in range(1, n - r + 2))
-    assert reciprocal_rank(one)[1][0] == pytest.approx(float(exact_mrr), rel=1e-10)
+    # Summed as integers scaled by 10^40 (a Fraction sum's denominators grow like lcm(1..n)).
+    scale = 10**40
+    scaled = sum(math.comb(n - j, r - 1) * scale // j for j in range(1, n - r + 2))
+    exact_mrr = scaled / (math.comb(n, r) * scale)
+    assert reciprocal_rank(one)[1][0] == pytest.approx(exact_mrr, rel=1e-10)
