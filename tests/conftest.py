@@ -15,15 +15,33 @@ from vlbench.hashing import CHECKSUM_CACHE_ENV
 
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
-# one worker (one cluster per machine). Whole-workflow modules go first: the long units start
-# early instead of forming the tail.
+# one worker (one cluster per machine). The units of over a minute go first, so that none of
+# them forms the tail: the SLURM tests, which mostly wait on the cluster's status checks, on one
+# worker beside biocap's fixture run on the other, which keeps both cores busy; then the others,
+# longest first (benchmarks/RESULTS.md, `Test suite`).
 SHARED_SCOPES = ("tests/cluster/",)
-FIRST = ("tests/cluster/", "tests/end_to_end/")
+LONGEST_FIRST = (
+    "tests/cluster/",
+    "tests/end_to_end/test_shipped_biocap.py",
+    "tests/end_to_end/test_rerun_matrix.py",
+    "tests/end_to_end/test_shipped_small_configs.py",
+    "tests/end_to_end/test_shipped_retrieval_classic.py",
+    "tests/end_to_end/",
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    """Where an item's unit stands in LONGEST_FIRST (after all of it when it is not there)."""
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the whole-workflow tests first (a stable sort: the same order on every worker)."""
-    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))
+    """Put the units of LONGEST_FIRST first, in its order, then the other whole-workflow tests
+    (a stable sort: the same order on every worker)."""
+    items.sort(key=_start_rank)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
