@@ -46,6 +46,39 @@ def test_t_interval_equals_scipy_stats_bit_for_bit(size: int, confidence: float)
     assert t_interval(values, confidence) == tuple(float(bound) for bound in expected)
 
 
+# A fresh process, as a job is: its t intervals load scipy's `stdtrit` without scipy.special's
+# package, and a later `import scipy.stats` (which imports that package) works and gives the
+# same bits.
+FRESH_PROCESS_INTERVALS = """
+import sys
+import numpy as np
+from vlbench.metrics.statistics import t_interval
+values = (np.random.default_rng(7).random(300) < 0.4).astype(float)
+ours = [t_interval(values, c) for c in (0.9, 0.95, 0.99)]
+assert "scipy.special" not in sys.modules, "scipy.special's package was imported"
+assert "scipy.special._ufuncs" in sys.modules
+from scipy import stats
+theirs = [
+    tuple(float(b) for b in stats.t.interval(c, 299, loc=values.mean(), scale=stats.sem(values)))
+    for c in (0.9, 0.95, 0.99)
+]
+assert ours == theirs, (ours, theirs)
+from scipy.special import stdtrit, expit
+assert stdtrit(299, 0.975) == stats.t.ppf(0.975, 299) and expit(0.0) == 0.5
+print("ok")
+"""
+
+
+def test_a_jobs_t_intervals_load_no_scipy_special_package_and_equal_scipy_stats() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_INTERVALS], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_t_interval_of_equal_or_single_outcomes_is_the_point() -> None:
     assert t_interval(np.ones(5)) == (1.0, 1.0)
     assert t_interval(np.array([0.25])) == (0.25, 0.25)
