@@ -15,9 +15,9 @@ from PIL import Image
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.models import load_model, write_random_checkpoint
 from vlbench.embedding.models.open_clip_geometry import (
-    predicted_pipeline,
     predicted_size,
     square_image_size,
+    square_pipeline,
 )
 
 ARCHITECTURE = {
@@ -40,9 +40,11 @@ def architecture(folder: Path, name: str, image_size: object) -> dict[str, str]:
 @pytest.mark.parametrize("image_size", [32, 48, [64, 64]])
 def test_the_prediction_is_the_geometry_open_clip_builds(tmp_path: Path, image_size) -> None:
     spec = architecture(tmp_path, f"vlbench-geometry-{len(str(image_size))}", image_size)
-    predicted = predicted_pipeline(spec)
+    size = predicted_size(spec)
+    assert size is not None
+    predicted = square_pipeline(size)
     built = ImagePipeline.from_model(load_model(spec, torch.device("cpu")))
-    assert predicted is not None and predicted.cacheable
+    assert predicted.cacheable
     assert predicted.geometry == built.geometry
     assert predicted.geometry_key(False) == built.geometry_key(False)
     assert predicted.geometry_key(True) == built.geometry_key(True)
@@ -54,13 +56,13 @@ def test_the_prediction_is_the_geometry_open_clip_builds(tmp_path: Path, image_s
 
 def test_nothing_is_predicted_where_the_files_do_not_decide(tmp_path: Path) -> None:
     spec = architecture(tmp_path, "vlbench-geometry-wide", [32, 48])
-    assert predicted_pipeline(spec) is None  # not square: open_clip resizes keeping the ratio
+    assert predicted_size(spec) is None  # not square: open_clip resizes keeping the ratio
     square = architecture(tmp_path, "vlbench-geometry-square", 32)
-    assert predicted_pipeline(square) is not None and predicted_size(square) == 32
-    assert predicted_pipeline({**square, "pretrained": "openai"}) is None  # a tag's own config
-    assert predicted_pipeline({**square, "adapter": "hf_clip"}) is None
-    assert predicted_pipeline({**square, "name": "hf-hub:org/repo"}) is None
-    assert predicted_pipeline({**square, "model_config": str(tmp_path / "missing.json")}) is None
-    assert predicted_pipeline({"name": "ViT-B-32", "pretrained": "openai"}) is None
+    assert predicted_size(square) == 32
+    assert predicted_size({**square, "pretrained": "openai"}) is None  # a tag's own config
+    assert predicted_size({**square, "adapter": "hf_clip"}) is None
+    assert predicted_size({**square, "name": "hf-hub:org/repo"}) is None
+    assert predicted_size({**square, "model_config": str(tmp_path / "missing.json")}) is None
+    assert predicted_size({"name": "ViT-B-32", "pretrained": "openai"}) is None
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
     assert square_image_size(tmp_path / "broken.json") is None

@@ -60,15 +60,10 @@ def predicted_size(spec: Mapping[str, Any]) -> int | None:
     return square_image_size(config_file)
 
 
-def predicted_pipeline(spec: Mapping[str, Any]) -> ImagePipeline | None:
-    """The geometric steps open_clip will give the model of `spec` (module docstring), or None
-    when they do not follow from its files (imports torchvision's transforms)."""
-    size = predicted_size(spec)
-    return None if size is None else square_pipeline(size)
-
-
 def square_pipeline(size: int) -> ImagePipeline:
-    """open_clip's default geometric steps for a square image size (module docstring)."""
+    """open_clip's default geometric steps for a square image size (module docstring); with
+    `predicted_size`, the steps open_clip will give a model (imports torchvision's
+    transforms)."""
     from torchvision.transforms import CenterCrop, Compose, InterpolationMode, Resize, ToTensor
 
     steps = [Resize(size, interpolation=InterpolationMode.BICUBIC), CenterCrop((size, size))]
