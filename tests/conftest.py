@@ -16,13 +16,15 @@ from vlbench.hashing import CHECKSUM_CACHE_ENV
 # Under pytest-xdist (`make test` runs two workers) the tests are handed out a module at a time,
 # so a module's own finished run (module fixtures) is made once, and every SLURM test runs on
 # one worker (one cluster per machine). The units of over a minute go first, so that none of
-# them forms the tail: the SLURM tests, which mostly wait on the cluster's status checks, on one
-# worker beside biocap's fixture run on the other, which keeps both cores busy; then the others,
-# longest first (benchmarks/RESULTS.md, `Test suite`).
+# them forms the tail: the SLURM tests, which mostly wait on the cluster's status checks, then the
+# unreachable hub's test, which waits on the hub client's retries, on one worker (a worker's
+# first and third units) beside biocap's fixture run on the other, which keeps both cores busy;
+# then the others, longest first (benchmarks/RESULTS.md, `Test suite`).
 SHARED_SCOPES = ("tests/cluster/",)
 LONGEST_FIRST = (
     "tests/cluster/",
     "tests/end_to_end/test_shipped_biocap.py",
+    "tests/data/test_unreachable_hub.py",
     "tests/end_to_end/test_rerun_matrix.py",
     "tests/end_to_end/test_shipped_small_configs.py",
     "tests/end_to_end/test_shipped_retrieval_classic.py",

@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,8 +26,10 @@ from rerun_matrix_support import (
     MODEL_B,
     REFERENCE_CSV,
     REFERENCE_MAP,
+    edited_copies,
     finished_run,
     jobs_in_log,
+    planned,
     scheduled_jobs,
 )
 from workflow_helpers import copy_of_run, run_workflow
@@ -349,18 +352,26 @@ def matrix_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 PLANNED_AGAIN_AFTER_EMBED = ("a model removed", "a benchmark removed")
 
 
+@pytest.fixture(scope="module")
+def edited_runs(
+    matrix_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each edit of the matrix on its own copy of the finished run, and the copy's dry run."""
+    edits = {edit: apply for edit, (apply, _) in MATRIX.items()}
+    return edited_copies(matrix_run, edits, tmp_path_factory.mktemp("edited"))
+
+
 @pytest.mark.parametrize("edit", list(MATRIX))
 def test_an_edit_schedules_exactly_its_dependent_jobs(
-    edit: str, matrix_run: Path, tmp_path: Path
+    edit: str, edited_runs: dict[str, tuple[Path, subprocess.CompletedProcess]]
 ) -> None:
-    apply, expected = MATRIX[edit]
-    workdir = copy_of_run(matrix_run, tmp_path)
-    apply(workdir)
-    planned = scheduled_jobs(workdir)
+    expected = MATRIX[edit][1]
+    workdir, dry_run = edited_runs[edit]
+    jobs = planned(dry_run)
     if edit not in PLANNED_AGAIN_AFTER_EMBED:
-        assert planned == expected
+        assert jobs == expected
         return
-    assert job("embed") in planned and planned < expected
+    assert job("embed") in jobs and jobs < expected
     result = run_workflow(workdir, workdir / "config.yaml", "--cores", "2")
     assert jobs_in_log(result.stderr) == expected
     assert scheduled_jobs(workdir) == set()
@@ -387,14 +398,20 @@ def per_benchmark_run(matrix_run: Path, tmp_path_factory: pytest.TempPathFactory
     return workdir
 
 
+@pytest.fixture(scope="module")
+def edited_per_benchmark_runs(
+    per_benchmark_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """The cluster cut's edits, each on its own copy of the switched run, and its dry run."""
+    edits = {edit: matrix("per_benchmark")[edit][0] for edit in PER_BENCHMARK_EDITS}
+    return edited_copies(per_benchmark_run, edits, tmp_path_factory.mktemp("edited-cut"))
+
+
 @pytest.mark.parametrize("edit", PER_BENCHMARK_EDITS)
 def test_an_edit_schedules_exactly_its_dependent_jobs_under_the_cluster_cut(
-    edit: str, per_benchmark_run: Path, tmp_path: Path
+    edit: str, edited_per_benchmark_runs: dict[str, tuple[Path, subprocess.CompletedProcess]]
 ) -> None:
-    apply, expected = matrix("per_benchmark")[edit]
-    workdir = copy_of_run(per_benchmark_run, tmp_path)
-    apply(workdir)
-    assert scheduled_jobs(workdir) == expected
+    assert planned(edited_per_benchmark_runs[edit][1]) == matrix("per_benchmark")[edit][1]
 
 
 def test_an_edited_caption_re_embeds_the_texts_and_keeps_the_image_shards(

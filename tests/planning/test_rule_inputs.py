@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vlbench.metrics.probe_folds import sampler_settings
+from vlbench.metrics.fold_keys import sampler_settings
 from vlbench.planning.rule_inputs import (
     EmbedJobs,
     benchmarks_pattern,

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from fixtures_sources import write_annotation_pairs
-from workflow_helpers import REPO, TINY_MODEL_CONFIG, run_workflow, write_config
+from workflow_helpers import (
+    REPO,
+    TINY_MODEL_CONFIG,
+    copy_of_run,
+    dry_runs,
+    run_workflow,
+    write_config,
+)
 
 from vlbench.data.synthetic import write_synthetic_biomedflickr
 from vlbench.embedding.models import write_random_checkpoint
@@ -113,3 +122,23 @@ def scheduled_jobs(workdir: Path, *extra: str) -> set[str]:
     """The jobs a dry run schedules, as `jobs_in_log` writes them."""
     result = run_workflow(workdir, workdir / "config.yaml", "--dry-run", *extra)
     return jobs_in_log(result.stdout)
+
+
+def planned(result: subprocess.CompletedProcess) -> set[str]:
+    """The jobs of a finished dry run (`dry_runs`), which must have succeeded."""
+    output = f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, f"dry run failed:\n{output}"
+    return jobs_in_log(result.stdout)
+
+
+def edited_copies(
+    run: Path, edits: Mapping[str, Callable[[Path], None]], folder: Path
+) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each edit applied to its own copy of the finished `run` (under `folder`), with the dry
+    run of the copy: all dry runs in one batch (`dry_runs`), which imports Snakemake once."""
+    copies = {}
+    for number, (name, apply) in enumerate(edits.items()):
+        copies[name] = copy_of_run(run, folder / str(number))
+        apply(copies[name])
+    results = dry_runs(list(copies.values()))
+    return {name: (copies[name], result) for name, result in zip(copies, results, strict=True)}

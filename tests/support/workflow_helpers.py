@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from vlbench.config import validate_config
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
+FORKED_SNAKEMAKE = Path(__file__).with_name("forked_snakemake.py")
 TINY_MODEL_CONFIG = REPO / "config" / "models" / "vlbench-tiny.json"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 SHIPPED_REFERENCE = REPO / "config" / "reference" / "published_results.csv"
@@ -85,6 +88,37 @@ def run_workflow(
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
+
+
+def dry_runs(workdirs: Sequence[Path], *extra: str) -> list[subprocess.CompletedProcess]:
+    """`run_workflow(workdir, workdir/config.yaml, "--dry-run", *extra, check=False)` for each
+    workdir, as forked children of one process that imports Snakemake once
+    (forked_snakemake.py)."""
+    commands = [snakemake_command(w, "--dry-run", *extra, cores=1) for w in workdirs]
+    with tempfile.TemporaryDirectory(prefix="dry-runs-") as folder:
+        runs = [
+            {
+                "argv": command[3:],  # after `python -m snakemake`
+                "cwd": str(workdir),
+                "stdout": str(Path(folder, f"{number}.out")),
+                "stderr": str(Path(folder, f"{number}.err")),
+            }
+            for number, (command, workdir) in enumerate(zip(commands, workdirs, strict=True))
+        ]
+        forked = subprocess.run(
+            [sys.executable, str(FORKED_SNAKEMAKE), str(REPO)],
+            input=json.dumps(runs),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        codes = json.loads(forked.stdout)
+        return [
+            subprocess.CompletedProcess(
+                command, code, Path(run["stdout"]).read_text(), Path(run["stderr"]).read_text()
+            )
+            for command, code, run in zip(commands, codes, runs, strict=True)
+        ]
 
 
 # A paper-table map for the shared run: its benchmark stands for BioMedFlickr, without the

@@ -8,7 +8,7 @@
 # outcomes (vlbench.paths INDEX, RANKS, METRICS, OUTCOMES).
 
 from vlbench.config import pick, result_keys
-from vlbench.metrics.probe_folds import sampler_settings
+from vlbench.metrics.fold_keys import sampler_settings
 from vlbench.paths import (
     BENCHMARK_META,
     EMBEDDING_FILES,

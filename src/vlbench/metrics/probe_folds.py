@@ -40,12 +40,6 @@ from vlbench.metrics.fewshot import class_members, draw_splits
 from vlbench.paths import FOLD_CLASSIFIERS
 
 CLASSIFIERS = FOLD_CLASSIFIERS
-# The config keys of each classifier that decide its folds (the rest only its training).
-SAMPLER_KEYS = {
-    "fewshot": ("shots", "folds", "shuffle"),
-    "linear": ("shots", "folds", "validation_proportion"),
-    "logistic": ("shots", "folds", "seed"),
-}
 ROLES = ("support", "validation")
 FOLD_COLUMNS = ("classifier", "k", "fold", "role", "order", "image_id")
 
@@ -90,7 +84,7 @@ def clip_benchmark_folds(
     labels: Sequence[object], shots: Sequence[int], folds: int, validation_proportion: float = 0.0
 ) -> Iterator[ProbeFold]:
     """clip_benchmark's k-shot samples, fold n drawn with seed n (see the module docstring)."""
-    import torch  # here, not at import: the workflow's parse step reads SAMPLER_KEYS
+    import torch  # here, not at import: the folds job of the other samplers needs no torch
 
     classes, targets = class_indices(labels)
     positions = np.arange(len(targets))
@@ -140,17 +134,6 @@ def mteb_folds(
                     counts[target] = counts.get(target, 0) + 1
                     picked.append(position)
             yield ProbeFold(k, fold, np.asarray(picked, dtype=np.int64), np.empty(0, np.int64))
-
-
-def classifier_settings(benchmark: Mapping[str, Any], classifier: str) -> Mapping[str, Any]:
-    """A classifier's entry of a benchmark's config: `fewshot`, or `probe.<classifier>`."""
-    return benchmark["fewshot"] if classifier == "fewshot" else benchmark["probe"][classifier]
-
-
-def sampler_settings(benchmark: Mapping[str, Any], classifier: str) -> dict[str, Any]:
-    """The keys of a classifier's entry that decide its folds (the folds job's params)."""
-    settings = classifier_settings(benchmark, classifier)
-    return {key: settings[key] for key in SAMPLER_KEYS[classifier] if key in settings}
 
 
 def fewshot_folds_of(labels: Sequence[object], settings: Mapping[str, Any]) -> list[ProbeFold]:
