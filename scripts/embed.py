@@ -1,10 +1,12 @@
 """Rule embed: every shard of both modalities through one loaded model, for each (model,
 benchmark) of the job (embedding.jobs: one pair, one model on every benchmark, or all); writes
-each pair's list of stored shards, which the pair's gather job reads."""
+each pair's list of stored shards, which the pair's gather job reads. A job whose every shard is
+stored already (it runs again because its set of pairs changed) imports no torch and loads no
+model (vlbench.embedding.pairs)."""
 
 from pathlib import Path
 
-from vlbench.embedding.job import EmbeddingJob, run_models
+from vlbench.embedding.pairs import EmbeddingJob, stored_records
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.paths import EMBEDDING_SHARD_LIST, EMBEDDING_SHARDS, PIXEL_CACHE_FOLDER
 from vlbench.rule_log import rule_log
@@ -39,7 +41,12 @@ with rule_log(snakemake.log[0]) as log:
         len(snakemake.params.models),
         len(benchmarks),
     )
-    for (model, benchmark), records in run_models(jobs).items():
+    results = stored_records(jobs)
+    if results is None:  # a shard to embed: torch and the models' modules import only now
+        from vlbench.embedding.job import run_models
+
+        results = run_models(jobs)
+    for (model, benchmark), records in results.items():
         for modality, shards in records.items():
             reused = sum(record["reused"] for record in shards)
             log.info(

@@ -3,6 +3,10 @@ that shares its geometry, and every model's numbers are those it gets alone."""
 
 from __future__ import annotations
 
+import json
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,19 +38,11 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"image": directory / "images.parquet", "text": directory / "texts.parquet"}
 
 
-def run(
-    keys: list[str], sources: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[dict, dict[str, dict[str, np.ndarray]], list[str]]:
-    """The models `keys` through one job's `run_models` (shards of 5 rows, batches of 4, pixel
-    cache under `out`); each pair's records, gathered matrices, and the models loaded."""
-    models: dict[str, EmbeddingModel] = {key: tiny_model(**MODELS[key]) for key in keys}
-    loads: list[str] = []
-
-    def load(spec, device=None):
-        loads.append(spec["key"])
-        return models[spec["key"]]
-
-    monkeypatch.setattr(embedding_job, "load_model", load)
+def jobs_of(
+    keys: list[str], sources: dict[str, Path], out: Path
+) -> dict[tuple[str, str], EmbeddingJob]:
+    """One job's pairs: the models `keys` on the benchmark, shards of 5 rows, batches of 4,
+    the pixel cache under `out`."""
     settings = EmbedSettings.from_config(batch_size=4, shard_size=5, threads=1)
     jobs = {}
     for key in keys:
@@ -60,6 +56,23 @@ def run(
             shard_list=out / key / "shards.json",
             pixel_folder=out / "pixels" / "bench",
         )
+    return jobs
+
+
+def run(
+    keys: list[str], sources: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict, dict[str, dict[str, np.ndarray]], list[str]]:
+    """The models `keys` through one job's `run_models` (shards of 5 rows, batches of 4, pixel
+    cache under `out`); each pair's records, gathered matrices, and the models loaded."""
+    models: dict[str, EmbeddingModel] = {key: tiny_model(**MODELS[key]) for key in keys}
+    loads: list[str] = []
+
+    def load(spec, device=None):
+        loads.append(spec["key"])
+        return models[spec["key"]]
+
+    monkeypatch.setattr(embedding_job, "load_model", load)
+    jobs = jobs_of(keys, sources, out)
     records = run_models(jobs)
     matrices = {}
     for (key, _), job in jobs.items():
@@ -90,6 +103,52 @@ def test_models_sharing_a_geometry_see_each_image_shard_in_one_pass(
     # One pixel-cache folder per geometry, each shard written once.
     folders = sorted((tmp_path / "together" / "pixels" / "bench").iterdir())
     assert [len(list(folder.glob("rows-*.npy"))) for folder in folders] == [3, 3]
+
+
+# `stored_records` in a process of its own: its records (JSON) and whether it imported torch.
+STORED_RECORDS = """
+import json, pickle, sys
+from vlbench.embedding.pairs import stored_records
+with open(sys.argv[1], "rb") as handle:
+    records = stored_records(pickle.load(handle))
+listed = None if records is None else {"/".join(pair): got for pair, got in records.items()}
+print(json.dumps({"records": listed, "torch": "torch" in sys.modules}))
+"""
+
+
+def stored_records_apart(jobs: dict[tuple[str, str], EmbeddingJob], folder: Path) -> dict:
+    with open(folder / "jobs.pickle", "wb") as handle:
+        pickle.dump(jobs, handle)
+    command = [sys.executable, "-c", STORED_RECORDS, str(folder / "jobs.pickle")]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def test_a_job_whose_every_shard_is_stored_lists_them_without_torch(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same lists of stored shards and records as `run_models` reusing every shard, in a
+    process that never imports torch; a damaged shard leaves it to `run_models`."""
+    out = tmp_path / "out"
+    run(["a", "b"], sources, out, monkeypatch)  # embeds every shard
+    jobs = jobs_of(["a", "b"], sources, out)
+    lists = [job.shard_list for job in jobs.values()]
+    for path in lists:
+        path.unlink()
+    apart = stored_records_apart(jobs, tmp_path)
+    written = [path.read_bytes() for path in lists]
+    reused = run_models(jobs)  # every shard reused: writes the lists again
+    assert apart["torch"] is False
+    assert written == [path.read_bytes() for path in lists]
+    expected = {"/".join(pair): got for pair, got in reused.items()}
+    assert apart["records"] == json.loads(json.dumps(expected))
+    assert all(r["reused"] for got in reused.values() for rs in got.values() for r in rs)
+    for path in lists:
+        path.unlink()
+    damaged = out / "b" / "shards" / "image" / "shard-00001.npy"
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
+    assert stored_records_apart(jobs, tmp_path)["records"] is None
+    assert not any(path.exists() for path in lists)
 
 
 def test_a_wave_ends_when_its_models_fill_the_memory_share(

@@ -7,7 +7,8 @@ pixels, `encode.embed_images_together`) into the pair's resume folder
 (`shard_files.ShardStore`); the job's output is each pair's list of stored shards
 (`shard_list`), which the pair's gather job turns into the matrices. So a killed job resumes
 shard by shard, an edited caption re-embeds only its text shard, and a job whose shards are all
-stored loads no model.
+stored loads no model (the rule script then does not even import this module:
+`vlbench.embedding.pairs.stored_records`).
 """
 
 from __future__ import annotations
@@ -39,17 +40,14 @@ from vlbench.embedding.models import (
 )
 from vlbench.embedding.models.dispatch import import_ahead
 from vlbench.embedding.models.open_clip_geometry import predicted_size, square_pipeline
+from vlbench.embedding.pairs import EmbeddingJob, log_shard
 from vlbench.embedding.settings import EmbedSettings, result_settings
-from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
+from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards
 from vlbench.embedding.shard_list import write_shard_list
 from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
 
 log = logging.getLogger("vlbench")
-
-# Texts first: while another job still decodes a shared pixel-cache shard, this job's text
-# forward overlaps that decode instead of waiting behind it.
-MODALITY_ORDER = ("text", "image")
 
 # The share of the device's memory the models of one wave may hold (`run_models`): a wave of
 # models embeds its image shards in one pass each.
@@ -59,30 +57,6 @@ CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memo
 
 # A loaded model and its provenance record, loaded when first asked for.
 LoadModel = Callable[[], tuple[EmbeddingModel, dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class EmbeddingJob:
-    """One (model, benchmark): what to load, how to embed, what to read and where to store.
-
-    `identity` (the configured spec, its user files' fingerprint and the result settings) is
-    what a stored shard's content key depends on besides its rows. `shard_list`: the pair's
-    list of stored shards (the embed rule's output for the pair). `pixel_folder`: the
-    benchmark's pixel-cache folder (None: its decoded pixels are not cached).
-    """
-
-    model: dict[str, Any]
-    identity: dict[str, Any]
-    settings: EmbedSettings
-    sources: Mapping[str, Path]
-    resume_dir: Path
-    shard_list: Path
-    pixel_folder: Path | None = None
-
-    def shards(self, modality: str) -> list[Shard]:
-        """The shards of one modality's prepared file (image shards name the pixel folder)."""
-        folder = self.pixel_folder if modality == "image" else None
-        return plan_shards(modality, self.sources[modality], self.settings.shard_size, folder)
 
 
 def run(job: EmbeddingJob) -> dict[str, list[dict[str, Any]]]:
@@ -401,30 +375,6 @@ def embed_with_loaded_model(
     files = [MatrixFiles.at(job.resume_dir / stem) for stem, _ in stored]
     gather_shards(files, [record for _, record in stored], out)
     return out.embeddings
-
-
-def log_shard(record: dict[str, Any], reused: bool) -> None:
-    """One line per shard in the rule log: reused, or its speed and pixel-cache use."""
-    modality, (start, stop) = record["modality"], record["rows"]
-    if reused:
-        log.info("%s rows %d-%d: stored shard reused", modality, start, stop)
-        return
-    together = record.get("embedded_with")
-    log.info(
-        "%s rows %d-%d: %s items/s%s, pixel cache %s",
-        modality,
-        start,
-        stop,
-        record["items_per_second"],
-        f" (one pass for {len(together)} models)" if together else "",
-        record.get("pixel_cache", "n/a"),
-    )
-    if record.get("texts_at_context_limit"):
-        log.warning(
-            "%d texts fill the whole context of %s tokens: longer ones were truncated",
-            record["texts_at_context_limit"],
-            record.get("context_length", "the model's"),
-        )
 
 
 @functools.cache

@@ -183,14 +183,19 @@ class ShardStore:
     def stored(self, shard: Shard) -> dict[str, Any] | None:
         """The provenance of a complete stored shard with the current key whose files still
         hold the bytes written (their digests); None otherwise."""
-        record = self.listed(shard)
-        if record is None:
-            return None
-        damaged = mismatches(self.files(shard).data, record.get("files"))
+        record, damaged = self.checked(shard)
         if damaged:
             LOG.warning("stored shard %s not reused, embedding it again", damaged[0])
             return None
         return record
+
+    def checked(self, shard: Shard) -> tuple[dict[str, Any] | None, list[str]]:
+        """`listed`'s provenance and the stored files whose digests differ from it (none
+        checked when the shard is not listed)."""
+        record = self.listed(shard)
+        if record is None:
+            return None, []
+        return record, mismatches(self.files(shard).data, record.get("files"))
 
     def save(
         self, shard: Shard, ids: Sequence[str], matrix: np.ndarray, record: dict[str, Any]
