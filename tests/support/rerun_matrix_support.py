@@ -20,6 +20,7 @@ from workflow_helpers import (
     copy_of_run,
     dry_runs,
     run_workflow,
+    succeeded,
     write_config,
 )
 
@@ -126,9 +127,7 @@ def scheduled_jobs(workdir: Path, *extra: str) -> set[str]:
 
 def planned(result: subprocess.CompletedProcess) -> set[str]:
     """The jobs of a finished dry run (`dry_runs`), which must have succeeded."""
-    output = f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    assert result.returncode == 0, f"dry run failed:\n{output}"
-    return jobs_in_log(result.stdout)
+    return jobs_in_log(succeeded(result).stdout)
 
 
 def edited_copies(

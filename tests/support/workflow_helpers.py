@@ -19,6 +19,8 @@ from vlbench.config import validate_config
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 FORKED_SNAKEMAKE = Path(__file__).with_name("forked_snakemake.py")
+# How the tests start Snakemake; its arguments follow (`snakemake_command`).
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY_MODEL_CONFIG = REPO / "config" / "models" / "vlbench-tiny.json"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 SHIPPED_REFERENCE = REPO / "config" / "reference" / "published_results.csv"
@@ -68,7 +70,7 @@ def snakemake_command(
     config.yaml unless `configfile` is given; `config` are `--config` items, `cores` None leaves
     `--cores` to a profile. Targets and options go in `extra`, after `--cores`, which ends the
     list-valued `--configfile` and `--config`."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE)]
+    command = [*SNAKEMAKE, "--snakefile", str(SNAKEFILE)]
     command += ["--directory", str(workdir)]
     command += ["--configfile", str(configfile or workdir / "config.yaml")]
     if config:
@@ -85,7 +87,12 @@ def run_workflow(
     otherwise: a later `--cores` wins)."""
     command = snakemake_command(workdir, *extra, configfile=configfile, cores=1)
     result = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
-    if check and result.returncode != 0:
+    return succeeded(result) if check else result
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """`result` of a Snakemake run, which must have exited 0 (else the ends of its output)."""
+    if result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
 
@@ -98,7 +105,7 @@ def dry_runs(workdirs: Sequence[Path], *extra: str) -> list[subprocess.Completed
     with tempfile.TemporaryDirectory(prefix="dry-runs-") as folder:
         runs = [
             {
-                "argv": command[3:],  # after `python -m snakemake`
+                "argv": command[len(SNAKEMAKE) :],
                 "cwd": str(workdir),
                 "stdout": str(Path(folder, f"{number}.out")),
                 "stderr": str(Path(folder, f"{number}.err")),

@@ -40,10 +40,9 @@ from vlbench.embedding.models import (
 )
 from vlbench.embedding.models.dispatch import import_ahead
 from vlbench.embedding.models.open_clip_geometry import predicted_size, square_pipeline
-from vlbench.embedding.pairs import EmbeddingJob, log_shard
+from vlbench.embedding.pairs import EmbeddingJob, list_pair, log_shard, shard_entry
 from vlbench.embedding.settings import EmbedSettings, result_settings
 from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards
-from vlbench.embedding.shard_list import write_shard_list
 from vlbench.errors import VlbenchError
 from vlbench.hashing import weights_sha256
 
@@ -131,11 +130,10 @@ def _finish_wave(
     finally:
         if ahead is not None:  # not taken (no model needed its shard after all)
             ahead.pixels.close()
-    results = {}
-    for pair, job in pairs.items():
-        stored = {"text": texts[pair], "image": images[pair]}
-        write_shard_list(job.shard_list, job.identity, stored)
-        results[pair] = {kind: [record for _, record in got] for kind, got in stored.items()}
+    results = {
+        pair: list_pair(job, {"text": texts[pair], "image": images[pair]})
+        for pair, job in pairs.items()
+    }
     wave.clear()
     release_accelerator_memory()
     return results
@@ -252,7 +250,7 @@ def store_images(
                 record = store.stored(shard)
                 if record is not None:
                     log_shard(record, reused=True)
-                    stored[pair].append((f"image/{shard.name}", {**record, "reused": True}))
+                    stored[pair].append(shard_entry("image", shard, record, reused=True))
                     continue
                 key = pass_key(models[pair[0]]()[0], job.settings)
                 passes.setdefault(key if key is not None else pair, []).append((pair, store))
@@ -268,7 +266,7 @@ def store_images(
                 for (pair, store), (ids, matrix, record) in zip(group, embedded, strict=True):
                     record = store.save(shard, ids, matrix, record)
                     log_shard(record, reused=False)
-                    stored[pair].append((f"image/{shard.name}", {**record, "reused": False}))
+                    stored[pair].append(shard_entry("image", shard, record, reused=False))
     return stored
 
 
@@ -345,7 +343,7 @@ def store_modality(
             model, model_record = load()
             record = store.save(shard, *embed_shard(model, model_record, shard, job.settings))
         log_shard(record, reused)
-        stored.append((f"{modality}/{shard.name}", {**record, "reused": reused}))
+        stored.append(shard_entry(modality, shard, record, reused))
     return stored
 
 

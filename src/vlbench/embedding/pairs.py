@@ -72,29 +72,43 @@ def log_shard(record: dict[str, Any], reused: bool) -> None:
         )
 
 
+# A stored shard as a pair's list names it: its file stem in the resume folder
+# (`<modality>/<shard>`) and its provenance record, marked reused or embedded.
+Entry = tuple[str, dict[str, Any]]
+
+
+def shard_entry(modality: str, shard: Shard, record: dict[str, Any], reused: bool) -> Entry:
+    """A stored shard's entry in its pair's list."""
+    return f"{modality}/{shard.name}", {**record, "reused": reused}
+
+
+def list_pair(job: EmbeddingJob, stored: Mapping[str, list[Entry]]) -> Records:
+    """Write a pair's list of stored shards (each modality's entries, in row order); return its
+    records."""
+    write_shard_list(job.shard_list, job.identity, stored)
+    return {modality: [record for _, record in entries] for modality, entries in stored.items()}
+
+
 def stored_records(
     jobs: Mapping[tuple[str, str], EmbeddingJob],
 ) -> dict[tuple[str, str], Records] | None:
     """Each pair's records when every shard of every pair is stored with intact files, after
     writing each pair's list of stored shards; None, with nothing written, when any shard must
     be embedded (a damaged one included: `run_models` says so when it embeds it again)."""
-    stored: dict[tuple[str, str], dict[str, list[tuple[str, dict[str, Any]]]]] = {}
+    stored: dict[tuple[str, str], dict[str, list[Entry]]] = {}
     for pair, job in jobs.items():
         stored[pair] = {}
         for modality in ("text", "image"):
             store = ShardStore(job.resume_dir / modality, job.identity)
-            got = []
+            entries = []
             for shard in job.shards(modality):
                 record, damaged = store.checked(shard)
                 if record is None or damaged:
                     return None
-                got.append((f"{modality}/{shard.name}", {**record, "reused": True}))
-            stored[pair][modality] = got
-    results = {}
-    for pair, job in jobs.items():
-        for modality_records in stored[pair].values():
-            for _, record in modality_records:
+                entries.append(shard_entry(modality, shard, record, reused=True))
+            stored[pair][modality] = entries
+    for modalities in stored.values():
+        for entries in modalities.values():
+            for _, record in entries:
                 log_shard(record, reused=True)
-        write_shard_list(job.shard_list, job.identity, stored[pair])
-        results[pair] = {kind: [record for _, record in got] for kind, got in stored[pair].items()}
-    return results
+    return {pair: list_pair(job, stored[pair]) for pair, job in jobs.items()}
