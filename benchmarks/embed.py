@@ -51,7 +51,7 @@ from vlbench.config import EMBED_JOB_SHAPES
 from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 from vlbench.embedding.encode import embed_rows
-from vlbench.embedding.job import embed_with_loaded_model
+from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
@@ -59,6 +59,9 @@ from vlbench.embedding.shard_files import Shard
 from vlbench.report.provenance import read_snakemake_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from embed_support import embed_with_loaded_model  # noqa: E402  (the tests' helper)
+
 VENV_BIN = Path(sys.executable).parent
 MODELS = {"vit-b-32": "ViT-B-32", "vit-b-16": "ViT-B-16", "vit-s-32": "ViT-S-32"}
 # (g): vision widths of the cheap architectures (one layer, 32 px patches, 224 px input).
@@ -266,7 +269,7 @@ def bench_throughput(
         settings = EmbedSettings.from_config(base, **changes)
         shard = Shard("image", source, 0, 0, images, pixel_folder=work / "pixels-a" / "a")
         began = time.perf_counter()
-        embed_rows(model, shard, settings)
+        embed_rows(LoadedModel.of(model, {}, settings), shard, settings)
         results[label] = images / (time.perf_counter() - began)
     for label in list(results):
         if label.startswith("pipeline"):
@@ -622,7 +625,7 @@ def bench_rss(work: Path, sizes: list[int], width: int, height: int) -> dict[str
             "sys.path.insert(0, str(Path(sys.argv[1]) / 'tests' / 'support'))\n"
             "from embed_support import tiny_model\n"
             "from vlbench.embedding.encode import peak_rss_mb\n"
-            "from vlbench.embedding.job import embed_with_loaded_model\n"
+            "from embed_support import embed_with_loaded_model\n"
             "from vlbench.embedding.settings import EmbedSettings\n"
             "d = Path(sys.argv[2]); m = tiny_model()\n"
             "s = EmbedSettings.from_config(batch_size=64, shard_size=10000)\n"

@@ -34,6 +34,7 @@ from embed import make_photos
 
 from vlbench.data.canonical import IMAGES_SCHEMA
 from vlbench.embedding.encode import embed_rows
+from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
@@ -118,7 +119,7 @@ def main() -> None:
         shard = Shard("image", source, 0, 0, args.images, pixel_folder=work / "pixels" / "gpu")
         synchronize()
         start = time.perf_counter()
-        embed_rows(model, shard, settings)
+        embed_rows(LoadedModel.of(model, {}, settings), shard, settings)
         synchronize()
         rate = args.images / (time.perf_counter() - start)
         results[f"pipeline_{label}_images_per_s"] = rate

@@ -240,11 +240,11 @@ def test_one_pixel_image_embeds(tiny) -> None:
 
 
 def test_longer_than_context_caption_is_truncated_and_counted(tiny) -> None:
-    tiny.texts_at_context_limit = 0
     long_caption = " ".join(["hepatocyte"] * 500)
-    vectors = tiny.encode_texts([long_caption, "a short caption"])
+    tokens = tiny.tokenize([long_caption, "a short caption"])
+    vectors = tiny.encode_tokens(tokens)
     assert vectors.shape == (2, 64) and np.isfinite(vectors).all()
-    assert tiny.texts_at_context_limit == 1
+    assert tiny.filling_context(tokens).tolist() == [True, False]
 
 
 def test_non_ascii_caption_embeds_distinctly(tiny) -> None:
@@ -307,9 +307,8 @@ def test_a_file_that_is_no_checkpoint_says_so(tmp_path: Path, content: bytes) ->
 def test_nan_embeddings_name_the_model_file_and_item(
     tiny, modality: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from embed_support import write_images, write_texts
+    from embed_support import embed_rows, write_images, write_texts
 
-    from vlbench.embedding.encode import embed_rows
     from vlbench.embedding.settings import EmbedSettings
     from vlbench.embedding.shard_files import Shard
 

@@ -11,6 +11,7 @@ import torch
 from embed_support import TINY_CONFIG, tiny_model, write_texts
 
 from vlbench.embedding.encode import embed_shard
+from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.models import load_model
 from vlbench.embedding.models.causal_text import (
     BUCKET_TOKENS,
@@ -152,8 +153,9 @@ def test_shard_provenance_says_whether_padding_was_trimmed(tmp_path: Path) -> No
     matrices = {}
     for trim in (True, False):
         settings = EmbedSettings.from_config(batch_size=4, trim_text_padding=trim)
+        loaded = LoadedModel.of(model, {"model": {"name": "tiny"}}, settings)
         _, matrices[trim], records[trim] = embed_shard(
-            model, {"name": "tiny"}, Shard("text", texts, 0, 0, 9), settings
+            loaded, Shard("text", texts, 0, 0, 9), settings
         )
         assert records[trim]["text_padding_trimmed"] is trim
     assert records[True]["settings"]["trim_text_padding"] is True

@@ -7,18 +7,21 @@ import json
 import pickle
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 from embed_support import tiny_model, write_images, write_texts
 
-from vlbench.embedding import job as embedding_job
-from vlbench.embedding.job import EmbeddingJob, run_models
+from vlbench.embedding import loaded_model, waves
+from vlbench.embedding.identity import embedding_identity, identity_digest
+from vlbench.embedding.job import run_plan
 from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings
 from vlbench.embedding.models import EmbeddingModel
-from vlbench.embedding.settings import EmbedSettings, result_settings
-from vlbench.embedding.shard_list import gather_pair, identity_digest
+from vlbench.embedding.plan import EmbedJob, Pair, plan_job
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_list import gather_pair
 
 ROWS = 11
 # Three models: two share their geometry (64 px, shortest side, bicubic) but not their
@@ -38,32 +41,30 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"image": directory / "images.parquet", "text": directory / "texts.parquet"}
 
 
-def jobs_of(
-    keys: list[str], sources: dict[str, Path], out: Path
-) -> dict[tuple[str, str], EmbeddingJob]:
-    """One job's pairs: the models `keys` on the benchmark, shards of 5 rows, batches of 4,
-    the pixel cache under `out`."""
-    settings = EmbedSettings.from_config(batch_size=4, shard_size=5, threads=1)
-    jobs = {}
+def job_of(keys: list[str], sources: dict[str, Path], out: Path, **settings: object) -> EmbedJob:
+    """One job: the models `keys` on the benchmark, shards of 5 rows, batches of 4 (unless
+    `settings` say otherwise), the pixel cache under `out`."""
+    chosen = EmbedSettings.from_config({"batch_size": 4, "shard_size": 5, "threads": 1, **settings})
+    pairs = {}
     for key in keys:
         spec = {"name": "vlbench-tiny", "key": key}
-        jobs[key, "bench"] = EmbeddingJob(
-            model=spec,
-            identity={"model": spec, "embedding": result_settings(settings)},
-            settings=settings,
+        pairs[key, "bench"] = Pair(
+            spec=spec,
+            identity=embedding_identity(spec, "", asdict(chosen)),
             sources=sources,
             resume_dir=out / key / "shards",
             shard_list=out / key / "shards.json",
             pixel_folder=out / "pixels" / "bench",
         )
-    return jobs
+    return EmbedJob(chosen, pairs)
 
 
 def run(
     keys: list[str], sources: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[dict, dict[str, dict[str, np.ndarray]], list[str]]:
-    """The models `keys` through one job's `run_models` (shards of 5 rows, batches of 4, pixel
-    cache under `out`); each pair's records, gathered matrices, and the models loaded."""
+    """The models `keys` through one job's plan and `run_plan` (shards of 5 rows, batches of
+    4, pixel cache under `out`); each pair's records, gathered matrices, and the models
+    loaded."""
     models: dict[str, EmbeddingModel] = {key: tiny_model(**MODELS[key]) for key in keys}
     loads: list[str] = []
 
@@ -71,13 +72,13 @@ def run(
         loads.append(spec["key"])
         return models[spec["key"]]
 
-    monkeypatch.setattr(embedding_job, "load_model", load)
-    jobs = jobs_of(keys, sources, out)
-    records = run_models(jobs)
+    monkeypatch.setattr(loaded_model, "load_model", load)
+    job = job_of(keys, sources, out)
+    records = run_plan(plan_job(job))
     matrices = {}
-    for (key, _), job in jobs.items():
+    for (key, _), pair in job.pairs.items():
         files = {modality: MatrixFiles.at(out / key / modality) for modality in ("image", "text")}
-        gather_pair(job.shard_list, identity_digest(job.identity), job.resume_dir, files)
+        gather_pair(pair.shard_list, identity_digest(pair.identity), pair.resume_dir, files)
         matrices[key] = {
             modality: load_embeddings(files[modality].embeddings, files[modality].ids)[0]
             for modality in files
@@ -105,20 +106,22 @@ def test_models_sharing_a_geometry_see_each_image_shard_in_one_pass(
     assert [len(list(folder.glob("rows-*.npy"))) for folder in folders] == [3, 3]
 
 
-# `stored_records` in a process of its own: its records (JSON) and whether it imported torch.
+# A job's plan in a process of its own, as the rule script makes it: the records of a complete
+# plan (JSON, None when something is left to embed) and whether torch was imported.
 STORED_RECORDS = """
 import json, pickle, sys
-from vlbench.embedding.pairs import stored_records
+from vlbench.embedding.plan import plan_job
 with open(sys.argv[1], "rb") as handle:
-    records = stored_records(pickle.load(handle))
+    plan = plan_job(pickle.load(handle))
+records = plan.write_lists() if plan.complete else None
 listed = None if records is None else {"/".join(pair): got for pair, got in records.items()}
 print(json.dumps({"records": listed, "torch": "torch" in sys.modules}))
 """
 
 
-def stored_records_apart(jobs: dict[tuple[str, str], EmbeddingJob], folder: Path) -> dict:
+def stored_records_apart(job: EmbedJob, folder: Path) -> dict:
     with open(folder / "jobs.pickle", "wb") as handle:
-        pickle.dump(jobs, handle)
+        pickle.dump(job, handle)
     command = [sys.executable, "-c", STORED_RECORDS, str(folder / "jobs.pickle")]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
@@ -127,17 +130,17 @@ def stored_records_apart(jobs: dict[tuple[str, str], EmbeddingJob], folder: Path
 def test_a_job_whose_every_shard_is_stored_lists_them_without_torch(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same lists of stored shards and records as `run_models` reusing every shard, in a
-    process that never imports torch; a damaged shard leaves it to `run_models`."""
+    """The same lists of stored shards and records as `run_plan` reusing every shard, in a
+    process that never imports torch; a damaged shard leaves it to `run_plan`."""
     out = tmp_path / "out"
     run(["a", "b"], sources, out, monkeypatch)  # embeds every shard
-    jobs = jobs_of(["a", "b"], sources, out)
-    lists = [job.shard_list for job in jobs.values()]
+    job = job_of(["a", "b"], sources, out)
+    lists = [pair.shard_list for pair in job.pairs.values()]
     for path in lists:
         path.unlink()
-    apart = stored_records_apart(jobs, tmp_path)
+    apart = stored_records_apart(job, tmp_path)
     written = [path.read_bytes() for path in lists]
-    reused = run_models(jobs)  # every shard reused: writes the lists again
+    reused = run_plan(plan_job(job))  # every shard reused: writes the lists again
     assert apart["torch"] is False
     assert written == [path.read_bytes() for path in lists]
     expected = {"/".join(pair): got for pair, got in reused.items()}
@@ -147,7 +150,7 @@ def test_a_job_whose_every_shard_is_stored_lists_them_without_torch(
         path.unlink()
     damaged = out / "b" / "shards" / "image" / "shard-00001.npy"
     damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
-    assert stored_records_apart(jobs, tmp_path)["records"] is None
+    assert stored_records_apart(job, tmp_path)["records"] is None
     assert not any(path.exists() for path in lists)
 
 
@@ -155,8 +158,8 @@ def test_a_wave_ends_when_its_models_fill_the_memory_share(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, together, _ = run(["a", "b"], sources, tmp_path / "together", monkeypatch)
-    monkeypatch.setattr(embedding_job, "MODEL_MEMORY_SHARE", 0.0)  # a wave per model
-    records, waves, loads = run(["a", "b"], sources, tmp_path / "waves", monkeypatch)
+    monkeypatch.setattr(waves, "MODEL_MEMORY_SHARE", 0.0)  # a wave per model
+    records, apart, loads = run(["a", "b"], sources, tmp_path / "waves", monkeypatch)
     assert loads == ["a", "b"]
     image_records = [record for key in "ab" for record in records[key, "bench"]["image"]]
     assert not any("embedded_with" in record for record in image_records)
@@ -164,7 +167,7 @@ def test_a_wave_ends_when_its_models_fill_the_memory_share(
     assert all(r["pixel_cache"].startswith("hit") for r in records["b", "bench"]["image"])
     for key in "ab":
         for modality in ("image", "text"):
-            assert np.array_equal(waves[key][modality], together[key][modality])
+            assert np.array_equal(apart[key][modality], together[key][modality])
 
 
 def test_the_memory_budget_is_a_share_of_the_machine_capped_by_the_cgroup(
@@ -172,13 +175,13 @@ def test_the_memory_budget_is_a_share_of_the_machine_capped_by_the_cgroup(
 ) -> None:
     import torch
 
-    physical = embedding_job.memory_budget(torch.device("cpu"))
+    physical = waves.memory_budget(torch.device("cpu"))
     limit = tmp_path / "memory.max"
     limit.write_text("4000\n")
-    monkeypatch.setattr(embedding_job, "CGROUP_MEMORY_LIMITS", (str(limit), "/missing"))
-    assert embedding_job.memory_budget(torch.device("cpu")) == 1000
+    monkeypatch.setattr(waves, "CGROUP_MEMORY_LIMITS", (str(limit), "/missing"))
+    assert waves.memory_budget(torch.device("cpu")) == 1000
     limit.write_text("max\n")  # no limit
-    assert embedding_job.memory_budget(torch.device("cpu")) == physical
+    assert waves.memory_budget(torch.device("cpu")) == physical
 
 
 def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
@@ -190,15 +193,15 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
 
     from vlbench.errors import VlbenchError
 
-    original = embedding_job.AheadPass.open
+    original = waves.AheadPass.open
     opened = []
 
-    def recording(pairs, model):
-        ahead = original(pairs, model)
+    def recording(plan, model):
+        ahead = original(plan, model)
         opened.append(ahead)
         return ahead
 
-    monkeypatch.setattr(embedding_job.AheadPass, "open", staticmethod(recording))
+    monkeypatch.setattr(waves.AheadPass, "open", staticmethod(recording))
     models = {"a": tiny_model(**MODELS["a"])}
 
     def load(spec, device=None):
@@ -208,22 +211,10 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
 
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        patch.setattr(embedding_job, "load_model", load)
-        settings = EmbedSettings.from_config(batch_size=4, shard_size=5, num_workers=1)
-        jobs = {
-            (key, "bench"): EmbeddingJob(
-                model={"name": "vlbench-tiny", "key": key},
-                identity={"model": key, "embedding": result_settings(settings)},
-                settings=settings,
-                sources=sources,
-                resume_dir=out / key / "shards",
-                shard_list=out / key / "shards.json",
-                pixel_folder=out / "pixels" / "bench",
-            )
-            for key in ("a", "b")
-        }
+        patch.setattr(loaded_model, "load_model", load)
+        job = job_of(["a", "b"], sources, out, num_workers=1)
         with pytest.raises(VlbenchError, match=r"models\.b: weights missing"):
-            run_models(jobs)
+            run_plan(plan_job(job))
     assert opened[0] is not None and opened[0].pixels.stats["pixel_cache"].startswith("miss")
     assert multiprocessing.active_children() == []
     assert [path.name for path in (out / "pixels").rglob("*") if path.is_file()] == []
@@ -244,7 +235,7 @@ def test_the_adapters_import_ahead_and_no_thread_outlives_the_job(
         started.append(thread)
         return thread
 
-    monkeypatch.setattr(embedding_job, "import_adapters_ahead", recording)
+    monkeypatch.setattr(waves, "import_adapters_ahead", recording)
     run(["a"], sources, tmp_path / "out", monkeypatch)
     assert len(started) == 1 and not started[0].is_alive()
     assert "adapter-imports" not in [thread.name for thread in threading.enumerate()]
@@ -273,7 +264,7 @@ def test_a_damaged_stored_image_shard_is_checked_once_and_embedded_again(
 
 def predicting(
     monkeypatch: pytest.MonkeyPatch, **transform: object
-) -> list[embedding_job.AheadPass | None]:
+) -> list[waves.AheadPass | None]:
     """Make every spec predict the geometry of `tiny_model(**transform)` (no normalisation, as
     a prediction has none); returns the passes opened on a prediction."""
     import dataclasses
@@ -283,17 +274,17 @@ def predicting(
     guess = dataclasses.replace(
         ImagePipeline.from_model(tiny_model(**transform)), mean=None, std=None
     )
-    monkeypatch.setattr(embedding_job, "predicted_size", lambda spec: 64)
-    monkeypatch.setattr(embedding_job, "square_pipeline", lambda size: guess)
-    opened: list[embedding_job.AheadPass | None] = []
-    original = embedding_job.AheadPass.predicted
+    monkeypatch.setattr(waves, "predicted_size", lambda spec: 64)
+    monkeypatch.setattr(waves, "square_pipeline", lambda size: guess)
+    opened: list[waves.AheadPass | None] = []
+    original = waves.AheadPass.predicted
 
-    def recording(pairs):
-        ahead = original(pairs)
+    def recording(plan, key):
+        ahead = original(plan, key)
         opened.append(ahead)
         return ahead
 
-    monkeypatch.setattr(embedding_job.AheadPass, "predicted", staticmethod(recording))
+    monkeypatch.setattr(waves.AheadPass, "predicted", staticmethod(recording))
     return opened
 
 

@@ -291,12 +291,13 @@ def test_unknown_adapter_is_refused() -> None:
 def test_a_load_error_in_the_embedding_job_names_the_config_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vlbench.embedding.job import ModelOnce
+    from vlbench.embedding.loaded_model import load
+    from vlbench.embedding.settings import EmbedSettings
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     repo = write_hub_repo(tmp_path / "repo", tiny_state(0))
     spec = {"name": f"local-dir:{repo}", "precision": "fp16"}
     with pytest.raises(VlbenchError) as info:
-        ModelOnce(spec, {}, batch_size=4, key="my-half-model")()
+        load("my-half-model", spec, {}, EmbedSettings.from_config(batch_size=4))
     assert str(info.value).startswith("models.my-half-model: model ")
     assert "fp16 needs a GPU" in str(info.value)

@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from embed_support import reference_image_embeddings, tiny_model, write_images
+from embed_support import embed_rows, reference_image_embeddings, tiny_model, write_images
 from PIL import Image
 from small_disks import small_disk
 
 from vlbench import atomic
 from vlbench.atomic import sweep_partials
-from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.image_transform import ImagePipeline
 from vlbench.embedding.loader import decode_chunk_rows, decode_image
 from vlbench.embedding.pixel_cache import PixelCache, PixelShardWriter, source_fingerprint

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vlbench.embedding.identity import identity_digest
 from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings, save_matrix
 from vlbench.embedding.shard_list import (
     gather_pair,
-    identity_digest,
     read_identity,
     write_identity,
     write_shard_list,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from embed_support import (
     TINY_CONFIG,
     count_embedded_shards,
+    embed_with_loaded_model,
     reference_image_embeddings,
     tiny_model,
     write_images,
@@ -26,12 +28,15 @@ from hypothesis import strategies as st
 
 from vlbench import atomic
 from vlbench.data.canonical import TEXTS_SCHEMA
-from vlbench.embedding import job as embedding_job
+from vlbench.embedding import loaded_model
 from vlbench.embedding.encode import embed_rows
-from vlbench.embedding.job import EmbeddingJob, embed_with_loaded_model
+from vlbench.embedding.identity import embedding_identity, identity_digest
+from vlbench.embedding.job import run_plan
+from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings, save_embeddings
 from vlbench.embedding.models import EmbeddingModel, register_model_config
-from vlbench.embedding.settings import EmbedSettings, result_settings
+from vlbench.embedding.plan import EmbedJob, Pair, plan_job
+from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import (
     Shard,
     ShardStore,
@@ -39,7 +44,7 @@ from vlbench.embedding.shard_files import (
     plan_shards,
     shard_ranges,
 )
-from vlbench.embedding.shard_list import gather_pair, identity_digest
+from vlbench.embedding.shard_list import gather_pair
 from vlbench.errors import VlbenchError
 
 ROWS = 13
@@ -226,29 +231,29 @@ def test_decode_workers_follow_the_jobs_threads_unless_set() -> None:
 def embedding_job_run(
     directory: Path, out: Path, loads: list[int], monkeypatch: pytest.MonkeyPatch, texts: Path
 ) -> dict:
-    """Both modalities of a benchmark through `job.run` (shards of 5 rows), then the pair's
-    gather as the workflow's gather job does it; count model loads."""
+    """Both modalities of a benchmark through a job's plan and `run_plan` (shards of 5 rows),
+    then the pair's gather as the workflow's gather job does it; count model loads."""
     model = tiny_model()
 
     def load(spec, device=None):
         loads.append(1)
         return model
 
-    monkeypatch.setattr(embedding_job, "load_model", load)
+    monkeypatch.setattr(loaded_model, "load_model", load)
     spec = {"name": "vlbench-tiny"}
     settings = EmbedSettings.from_config(batch_size=4, shard_size=5, pixel_cache=False)
-    job = EmbeddingJob(
-        model=spec,
-        identity={"model": spec, "embedding": result_settings(settings)},
-        settings=settings,
+    pair = Pair(
+        spec=spec,
+        identity=embedding_identity(spec, "", asdict(settings)),
         sources={"image": directory / "images.parquet", "text": texts},
         resume_dir=out / "shards",
         shard_list=out / "shards.json",
     )
-    records = embedding_job.run(job)
+    plan = plan_job(EmbedJob(settings, {("tiny", "bench"): pair}))
+    records = plan.write_lists() if plan.complete else run_plan(plan)
     gathered = {modality: MatrixFiles.at(out / modality) for modality in ("image", "text")}
-    gather_pair(job.shard_list, identity_digest(job.identity), job.resume_dir, gathered)
-    return records
+    gather_pair(pair.shard_list, identity_digest(pair.identity), pair.resume_dir, gathered)
+    return records[("tiny", "bench")]
 
 
 def test_an_embedding_job_embeds_both_modalities_with_one_model_load(
@@ -346,7 +351,7 @@ def test_identical_texts_get_identical_embeddings_whatever_their_batches(tmp_pat
     assert not np.array_equal(batched, batched[first])
     settings = EmbedSettings.from_config(batch_size=5)
     shard = Shard("text", source, 0, 0, len(texts))
-    got_ids, matrix, stats = embed_rows(model, shard, settings)
+    got_ids, matrix, stats = embed_rows(LoadedModel.of(model, {}, settings), shard, settings)
     assert got_ids == ids and stats["distinct_texts"] == len(base)
     assert np.array_equal(matrix, matrix[first])
     distinct = np.concatenate([model.encode_texts(base[i : i + 5]) for i in range(0, 23, 5)])

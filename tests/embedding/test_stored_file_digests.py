@@ -16,10 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embed_support import count_embedded_shards, tiny_model, write_images, write_texts
+from embed_support import (
+    count_embedded_shards,
+    embed_with_loaded_model,
+    tiny_model,
+    write_images,
+    write_texts,
+)
 from stored_files import DAMAGES
 
-from vlbench.embedding.job import embed_with_loaded_model
 from vlbench.embedding.matrix_files import (
     MatrixFiles,
     load_embeddings,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,15 @@ from PIL import Image
 
 from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import IMAGE_KINDS, draw_image
+from vlbench.embedding import encode
+from vlbench.embedding.encode import EmbeddedRows
+from vlbench.embedding.identity import embedding_identity
+from vlbench.embedding.loaded_model import LoadedModel
+from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.models import EmbeddingModel, register_model_config
+from vlbench.embedding.plan import Pair
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_files import Shard, gather_shards
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "config" / "models" / "vlbench-tiny.json"
 
@@ -101,16 +110,58 @@ def count_embedded_shards(monkeypatch) -> list[tuple[int, int]]:
     from vlbench.embedding import job as embedding_job
 
     embedded: list[tuple[int, int]] = []
-    alone, together = embedding_job.embed_shard, embedding_job.embed_images_together
+    alone, together = encode.embed_shard, encode.embed_images_together
 
-    def counting(model, record, shard, settings):
+    def counting(model, shard, settings):
         embedded.append((shard.start, shard.stop))
-        return alone(model, record, shard, settings)
+        return alone(model, shard, settings)
 
-    def counting_together(loaded, pipelines, shard, settings, opened=None):
-        embedded.extend([(shard.start, shard.stop)] * len(loaded))
-        return together(loaded, pipelines, shard, settings, opened)
+    def counting_together(models, shard, settings, opened=None):
+        embedded.extend([(shard.start, shard.stop)] * len(models))
+        return together(models, shard, settings, opened)
 
-    monkeypatch.setattr(embedding_job, "embed_shard", counting)
-    monkeypatch.setattr(embedding_job, "embed_images_together", counting_together)
+    for module in (embedding_job, encode):  # the job's names, and those the helper below calls
+        monkeypatch.setattr(module, "embed_shard", counting)
+        monkeypatch.setattr(module, "embed_images_together", counting_together)
     return embedded
+
+
+def embed_with_loaded_model(
+    model: EmbeddingModel,
+    spec: dict,
+    source: Path,
+    modality: str,
+    settings: EmbedSettings,
+    out_dir: Path,
+    pixel_folder: Path | None = None,
+) -> Path:
+    """One modality through a model loaded already, with the embed job's files and resume
+    rule: shards stored under `out_dir/shards/<modality>/` (reused while their content key
+    matches), gathered into `out_dir/<modality>.npy` (returned); decoded pixels cached in
+    `pixel_folder` (None: not cached)."""
+    out = MatrixFiles.at(Path(out_dir) / modality)
+    identity = embedding_identity(spec, "", asdict(settings))
+    pair = Pair(
+        spec=spec,
+        identity=identity,
+        sources={modality: Path(source)},
+        resume_dir=Path(out_dir) / "shards",
+        shard_list=Path(out_dir) / "shards.json",
+        pixel_folder=pixel_folder,
+    )
+    loaded = LoadedModel.of(model, {"model": spec}, settings)
+    store = pair.store(modality)
+    stems, records = [], []
+    for shard in pair.shards(modality, settings.shard_size):
+        record = store.stored(shard)
+        if record is None:
+            record = store.save(shard, *encode.embed_shard(loaded, shard, settings))
+        stems.append(MatrixFiles.at(pair.resume_dir / modality / shard.name))
+        records.append(record)
+    gather_shards(stems, records, out)
+    return out.embeddings
+
+
+def embed_rows(model: EmbeddingModel, shard: Shard, settings: EmbedSettings) -> EmbeddedRows:
+    """`encode.embed_rows` of a bare model (its pipeline and pass key worked out here)."""
+    return encode.embed_rows(LoadedModel.of(model, {}, settings), shard, settings)

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from vlbench.data.canonical import ID_COLUMNS
 from vlbench.embedding.batches import PixelPass, model_inputs
-from vlbench.embedding.image_transform import ImagePipeline
+from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.loader import read_column_range
 from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
 from vlbench.embedding.settings import EmbedSettings
@@ -38,32 +38,43 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
 
 
+class EncodedTexts(NamedTuple):
+    """A shard's text rows, how many texts were distinct, and how many rows fill the whole
+    context (their texts were, or may have been, truncated)."""
+
+    matrix: np.ndarray
+    distinct: int
+    at_context_limit: int
+
+
 def encode_distinct_texts(
     model: EmbeddingModel,
     texts: Sequence[str],
     batch_size: int,
     trim_padding: bool,
     progress: Callable[[int], object] = lambda count: None,
-) -> tuple[np.ndarray, int]:
+) -> EncodedTexts:
     """Encode each distinct text once (first-seen order, in batches) and give every copy that
     row: identical texts get identical embeddings whatever batches they fall in, so the exact
-    tie policies hold for duplicated captions and prompts. Returns the rows and the count of
-    distinct texts."""
+    tie policies hold for duplicated captions and prompts."""
     first: dict[str, int] = {}
     rows = np.fromiter(
         (first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts)
     )
     distinct = list(first)
-    encoded = []
+    encoded, full = [], []
     for begin in range(0, len(distinct), batch_size):
+        tokens = model.tokenize(distinct[begin : begin + batch_size])
+        full.append(model.filling_context(tokens))
         try:
-            encoded.append(model.encode_texts(distinct[begin : begin + batch_size], trim_padding))
+            encoded.append(model.encode_tokens(tokens, trim_padding))
         except BadEmbeddings as error:  # name the texts' first rows, not the distinct batch's
             first_rows = [texts.index(distinct[begin + row]) for row in error.rows]
             raise BadEmbeddings(first_rows, error.reason) from error
         progress(min(batch_size, len(distinct) - begin))
     progress(len(texts) - len(distinct))  # the copies, given their rows without encoding
-    return np.concatenate(encoded)[rows], len(distinct)
+    at_limit = int(np.concatenate(full)[rows].sum())
+    return EncodedTexts(np.concatenate(encoded)[rows], len(distinct), at_limit)
 
 
 class EmbeddedRows(NamedTuple):
@@ -74,9 +85,9 @@ class EmbeddedRows(NamedTuple):
     stats: dict[str, Any]
 
 
-def embed_rows(model: EmbeddingModel, shard: Shard, settings: EmbedSettings) -> EmbeddedRows:
+def embed_rows(model: LoadedModel, shard: Shard, settings: EmbedSettings) -> EmbeddedRows:
     """Embed a shard's rows: ids, L2-normalised float32 rows, and where the pixels came from
-    (images) or how many texts were distinct (texts)."""
+    (images) or how many texts were distinct and fill the context (texts)."""
     stats: dict[str, Any] = {}
     source, start, stop = shard.source, shard.start, shard.stop
     ids = _shard_ids(shard)
@@ -90,22 +101,27 @@ def embed_rows(model: EmbeddingModel, shard: Shard, settings: EmbedSettings) -> 
             file=sys.stderr,
         ) as progress:
             if shard.modality == "image":
-                pipeline = ImagePipeline.from_model(model)
-                with PixelPass(pipeline, shard, settings, model.device.type == "cuda") as pixels:
+                pin = model.model.device.type == "cuda"
+                with PixelPass(model.pipeline, shard, settings, pin) as pixels:
                     stats.update(pixels.stats)
-                    for inputs in model_inputs(pipeline, pixels):
-                        chunks.append(model.encode_images(inputs))
+                    for inputs in model_inputs(model.pipeline, pixels):
+                        chunks.append(model.model.encode_images(inputs))
                         progress.update(len(inputs))
             else:
                 texts = read_column_range(source, "text", start, stop)
-                matrix, distinct = encode_distinct_texts(
-                    model, texts, settings.batch_size, settings.trim_text_padding, progress.update
+                encoded = encode_distinct_texts(
+                    model.model,
+                    texts,
+                    settings.batch_size,
+                    settings.trim_text_padding,
+                    progress.update,
                 )
-                stats["distinct_texts"] = distinct
-                chunks.append(matrix)
+                stats["distinct_texts"] = encoded.distinct
+                stats["texts_at_context_limit"] = encoded.at_context_limit
+                chunks.append(encoded.matrix)
     except BadEmbeddings as error:
         done = sum(len(chunk) for chunk in chunks) if shard.modality == "image" else 0
-        raise _named(error, model, shard, ids, done) from error
+        raise _named(error, model.model, shard, ids, done) from error
     return EmbeddedRows(ids, _checked_rows(np.concatenate(chunks), ids, shard), stats)
 
 
@@ -140,20 +156,18 @@ def _named(
 
 
 def embed_shard(
-    model: EmbeddingModel, model_record: dict[str, Any], shard: Shard, settings: EmbedSettings
+    model: LoadedModel, shard: Shard, settings: EmbedSettings
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
-    """Embed a shard: ids, the matrix in its storage dtype, and its provenance record
-    (`model_record`: what the model is, from `vlbench.embedding.job.model_record`)."""
+    """Embed a shard: ids, the matrix in its storage dtype, and its provenance record."""
     began = time.perf_counter()
     ids, matrix, stats = embed_rows(model, shard, settings)
     seconds = time.perf_counter() - began
-    record = _shard_record(model, model_record, shard, settings, seconds, stats)
+    record = _shard_record(model, shard, settings, seconds, stats)
     return ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record
 
 
 def embed_images_together(
-    loaded: Sequence[tuple[EmbeddingModel, dict[str, Any]]],
-    pipelines: Sequence[ImagePipeline],
+    models: Sequence[LoadedModel],
     shard: Shard,
     settings: EmbedSettings,
     opened: PixelPass | None = None,
@@ -165,15 +179,15 @@ def embed_images_together(
     `embed_shard` gives each model alone."""
     began = time.perf_counter()
     ids = _shard_ids(shard)
-    chunks: list[list[np.ndarray]] = [[] for _ in loaded]
-    buffers: list[torch.Tensor | None] = [None for _ in loaded]
-    pin = any(model.device.type == "cuda" for model, _ in loaded)
+    chunks: list[list[np.ndarray]] = [[] for _ in models]
+    buffers: list[torch.Tensor | None] = [None for _ in models]
+    pin = any(model.model.device.type == "cuda" for model in models)
     done = 0
     with (
-        opened or PixelPass(pipelines[0], shard, settings, pin) as pixel_pass,
+        opened or PixelPass(models[0].pipeline, shard, settings, pin) as pixel_pass,
         tqdm(
             total=shard.stop - shard.start,
-            desc=f"embed images {shard.start}-{shard.stop} ({len(loaded)} models)",
+            desc=f"embed images {shard.start}-{shard.stop} ({len(models)} models)",
             unit="image",
             mininterval=5,
             file=sys.stderr,
@@ -182,38 +196,38 @@ def embed_images_together(
         for kind, batch in pixel_pass:
             if kind != "pixels":
                 raise ValueError("models embedded together need a cacheable geometry")
-            for number, ((model, _), pipeline) in enumerate(zip(loaded, pipelines, strict=True)):
-                buffers[number] = pipeline.to_model_input(batch, reuse=buffers[number])
+            for number, model in enumerate(models):
+                buffers[number] = model.pipeline.to_model_input(batch, reuse=buffers[number])
                 try:
-                    chunks[number].append(model.encode_images(buffers[number]))
+                    chunks[number].append(model.model.encode_images(buffers[number]))
                 except BadEmbeddings as error:
-                    raise _named(error, model, shard, ids, done) from error
+                    raise _named(error, model.model, shard, ids, done) from error
             done += len(batch)
             progress.update(len(batch))
     seconds = time.perf_counter() - began
     stats = dict(pixel_pass.stats)
-    if len(loaded) > 1:
-        stats["embedded_with"] = [record.get("model", {}).get("name") for _, record in loaded]
+    if len(models) > 1:
+        stats["embedded_with"] = [model.record.get("model", {}).get("name") for model in models]
     out = []
-    for (model, model_record), model_chunks in zip(loaded, chunks, strict=True):
+    for model, model_chunks in zip(models, chunks, strict=True):
         matrix = _checked_rows(np.concatenate(model_chunks), ids, shard)
-        record = _shard_record(model, model_record, shard, settings, seconds, stats)
+        record = _shard_record(model, shard, settings, seconds, stats)
         out.append((ids, matrix.astype(STORAGE_DTYPES[settings.storage_dtype], copy=False), record))
     return out
 
 
 def _shard_record(
-    model: EmbeddingModel,
-    model_record: dict[str, Any],
+    model: LoadedModel,
     shard: Shard,
     settings: EmbedSettings,
     seconds: float,
     stats: dict[str, Any],
 ) -> dict[str, Any]:
-    """A stored shard's provenance: the model, the rows, the pass's speed and what it saw."""
+    """A stored shard's provenance: the model, the rows, the pass's speed and what it saw
+    (a text shard's own count of texts at the context limit among them)."""
     rows = shard.stop - shard.start
     record = {
-        **model_record,
+        **model.record,
         "modality": shard.modality,
         "source": str(shard.source),
         "rows": [shard.start, shard.stop],
@@ -224,7 +238,5 @@ def _shard_record(
         **stats,
     }
     if shard.modality == "text":
-        # Reference tokenizers cut longer texts at the context length; say how many it touched.
-        record["texts_at_context_limit"] = model.texts_at_context_limit
-        record["text_padding_trimmed"] = model.trims_text_padding(settings.trim_text_padding)
+        record["text_padding_trimmed"] = model.model.trims_text_padding(settings.trim_text_padding)
     return record

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from vlbench.config import RUN_TIME_KEYS, schema_defaults
+from vlbench.config import schema_defaults
+from vlbench.embedding.identity import RUN_TIME
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
     """The config's `embedding` section (the keys an embedding pass reads).
 
-    The defaults live in the config schema only; build settings with `from_config`.
+    The defaults live in the config schema only; build settings with `from_config`, or with
+    `for_job` in an embed job.
     """
 
     batch_size: int
@@ -37,8 +39,13 @@ class EmbedSettings:
         known = {key: value for key, value in section.items() if key in cls.__dataclass_fields__}
         return cls(**known)
 
-
-def result_settings(settings: EmbedSettings) -> dict[str, Any]:
-    """The settings that can change an embedding's numbers (not the speed knobs)."""
-    speed = RUN_TIME_KEYS["embedding"]
-    return {key: value for key, value in asdict(settings).items() if key not in speed}
+    @classmethod
+    def for_job(
+        cls, results: Mapping[str, Any], config: Mapping[str, Any], threads: int
+    ) -> EmbedSettings:
+        """An embed job's settings: the result settings its params carry (the identity's, so
+        that changing one reruns the job) and the speed knobs of the run's config (read at run
+        time: changing one reruns nothing); `threads`: the job's, after --set-threads and the
+        --cores cap."""
+        speed = {key: config[key] for key in RUN_TIME if key in config}
+        return cls.from_config({**results, **speed}, threads=threads)

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from vlbench.atomic import atomic_path, npy_bytes, reserved_npy_memmap
 from vlbench.data.canonical import IMAGE_BATCH_ROWS, open_parquet, read_parquet
 from vlbench.data.decode_policy import LEGACY, policy_of_metadata
+from vlbench.embedding.identity import content_key
 from vlbench.embedding.matrix_files import IDS_SCHEMA, MatrixFiles, save_matrix, write_provenance
 from vlbench.errors import VlbenchError
 from vlbench.hashing import mismatches
@@ -147,17 +148,11 @@ def _planned_shards(
     )
 
 
-def embedding_content_key(rows_digest: str, identity: dict[str, Any]) -> str:
-    """What a shard's numbers depend on: its rows' content digest and the model's identity
-    (spec, user files' fingerprint, the embedding settings that change results)."""
-    payload = json.dumps({"rows": rows_digest, **identity}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:24]
-
-
 class ShardStore:
     """The stored shards of one modality of one (model, benchmark): the embedding job's resume
     folder, which no other job reads. A shard is stored under the content key of its rows and
-    the model's identity; one whose key still matches is reused instead of embedded again."""
+    the model's identity (`vlbench.embedding.identity`); one whose key still matches is reused
+    instead of embedded again."""
 
     def __init__(self, folder: str | Path, identity: dict[str, Any]) -> None:
         self.folder = Path(folder)
@@ -169,7 +164,7 @@ class ShardStore:
 
     def key(self, shard: Shard) -> str:
         """The content key a stored copy of `shard` must carry to be reused."""
-        return embedding_content_key(shard.digest, self.identity)
+        return content_key(shard.digest, self.identity)
 
     def listed(self, shard: Shard) -> dict[str, Any] | None:
         """The provenance of a stored shard with the current key, its files not checked: what

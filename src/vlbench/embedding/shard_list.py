@@ -17,13 +17,13 @@ else.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vlbench.atomic import write_text
+from vlbench.embedding.identity import identity_digest
 from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.shard_files import gather_shards
 from vlbench.errors import VlbenchError
@@ -32,13 +32,6 @@ from vlbench.paths import MODALITIES
 
 # What makes a listed shard that is gone or damaged again.
 REEMBED = "rerun with `--forcerun embed`: the embed job embeds it again and reuses the others"
-
-
-def identity_digest(identity: Mapping[str, Any]) -> str:
-    """A digest of an embedding identity (the configured model spec, its files' fingerprint,
-    the embedding settings that change numbers), as the embed job and the gather both see it."""
-    payload = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
 def write_shard_list(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlbench.config import result_keys
+from vlbench.embedding.identity import embedding_identity
 from vlbench.planning.checks import model_fingerprint, source_fingerprint
 
 
@@ -36,11 +36,7 @@ class JobParams:
         return self._model_files[model]
 
     def embedding_identity(self, model: str) -> dict[str, Any]:
-        """What a model's embeddings depend on besides the rows: the configured spec (random-init
-        seed and pinned revision included), its user files' fingerprint and the settings that
-        change numbers."""
-        return {
-            "model": self.config["models"][model],
-            "model_files": self.model_files(model),
-            "embedding": result_keys(self.config, "embedding"),
-        }
+        """What a model's embeddings depend on besides the rows (`vlbench.embedding.identity`)."""
+        return embedding_identity(
+            self.config["models"][model], self.model_files(model), self.config["embedding"]
+        )

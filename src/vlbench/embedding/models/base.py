@@ -63,18 +63,34 @@ def _to_device(tokens: Any, device: torch.device) -> Any:
     return tokens.to(device)
 
 
-def filling_context(tokens: Any) -> int:
-    """How many tokenized texts fill the whole context, i.e. were (or may have been) truncated.
+def filling_context(tokens: Any, pad_id: int = 0, end_id: int | None = None) -> np.ndarray:
+    """Which tokenized texts fill the whole context, i.e. were (or may have been) truncated.
 
-    open_clip pads token tensors with 0; Hugging Face tokenizers mark padding in
-    `attention_mask`; `input_ids` alone are padded with 0 as well.
+    With an `attention_mask` (Hugging Face tokenizers), a row fills the context when its last
+    position is not padding. Otherwise the ids are read: a row fills it when its last id is not
+    the padding id (`pad_id`: 0 for open_clip's tokenizer and BERT's), or, where the padding id
+    is also the end-of-text id (`end_id`: CLIP's tokenizer in transformers pads with
+    `<|endoftext|>`, 49407), when the id before the last is not that id either (a full row ends
+    with one end token right after a text token; a shorter one with the end token and padding).
     """
-    if isinstance(tokens, Mapping):
-        mask = tokens.get("attention_mask")
-        last = mask[:, -1] == 1 if mask is not None else tokens["input_ids"][:, -1] != 0
-    else:
-        last = tokens[:, -1] != 0
-    return int(last.sum())
+    if isinstance(tokens, Mapping) and tokens.get("attention_mask") is not None:
+        return (tokens["attention_mask"][:, -1] == 1).cpu().numpy()
+    ids = tokens["input_ids"] if isinstance(tokens, Mapping) else tokens
+    if pad_id == end_id and ids.shape[1] > 1:
+        return (ids[:, -2] != pad_id).cpu().numpy()
+    return (ids[:, -1] != pad_id).cpu().numpy()
+
+
+def padding_ids(tokenizer: Any) -> tuple[int, int | None]:
+    """The ids a tokenizer pads with and ends a text with: a Hugging Face tokenizer's own (or
+    that of the one a wrapper holds as `tokenizer`); open_clip's `SimpleTokenizer` pads with 0
+    and ends with `<|endoftext|>`."""
+    for candidate in (tokenizer, getattr(tokenizer, "tokenizer", None)):
+        pad = getattr(candidate, "pad_token_id", None)
+        if pad is not None:
+            end = getattr(candidate, "eos_token_id", None)
+            return int(pad), getattr(candidate, "sep_token_id", None) if end is None else end
+    return 0, getattr(tokenizer, "eot_token_id", None)
 
 
 @dataclass
@@ -87,6 +103,8 @@ class EmbeddingModel:
     `weights` are the files the weights were read from; `source` records where they came
     from (adapter, hub repo and resolved commit). `padding_trimmed_text_encoder`, where the
     text tower allows it, encodes tokens without their padding (`models.causal_text`).
+    `pad_token_id` and `end_token_id`: the ids the tokenizer pads with and ends a text with
+    (where they are the same id, `filling_context` reads the ids accordingly).
     """
 
     model: torch.nn.Module
@@ -98,8 +116,13 @@ class EmbeddingModel:
     context_length: int | None = None
     weights: list[Path] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
-    texts_at_context_limit: int = 0
     padding_trimmed_text_encoder: Callable[[Any], torch.Tensor] | None = None
+    pad_token_id: int | None = None
+    end_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pad_token_id is None:
+            self.pad_token_id, self.end_token_id = padding_ids(self.tokenizer)
 
     @contextlib.contextmanager
     def _inference(self) -> Iterator[None]:
@@ -121,14 +144,20 @@ class EmbeddingModel:
         """Whether `encode_texts(..., trim_padding=allowed)` skips the padding."""
         return allowed and self.padding_trimmed_text_encoder is not None
 
-    def encode_texts(self, texts: list[str], trim_padding: bool = True) -> np.ndarray:
-        """Tokenize and encode captions; return L2-normalised float32 rows.
+    def tokenize(self, texts: list[str]) -> Any:
+        """The tokens `encode_tokens` takes, on the CPU."""
+        return self.tokenizer(list(texts))
+
+    def filling_context(self, tokens: Any) -> np.ndarray:
+        """Which of the tokenized texts fill the whole context (`filling_context`)."""
+        return filling_context(tokens, self.pad_token_id or 0, self.end_token_id)
+
+    def encode_tokens(self, tokens: Any, trim_padding: bool = True) -> np.ndarray:
+        """Encode tokenized captions; return L2-normalised float32 rows.
 
         With `trim_padding`, a causal text tower runs each text only up to its last token
         (same embeddings, up to float rounding); other towers always run the full context.
         """
-        tokens = self.tokenizer(list(texts))
-        self.texts_at_context_limit += filling_context(tokens)
         tokens = _to_device(tokens, self.device)
         encode = (
             self.padding_trimmed_text_encoder
@@ -138,3 +167,7 @@ class EmbeddingModel:
         with self._inference():
             features = encode(tokens)
         return normalise(features)
+
+    def encode_texts(self, texts: list[str], trim_padding: bool = True) -> np.ndarray:
+        """Tokenize and encode captions (`encode_tokens`)."""
+        return self.encode_tokens(self.tokenize(texts), trim_padding)
