@@ -14,6 +14,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/embed.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/run_hooks.smk"
 
 
 rule all:

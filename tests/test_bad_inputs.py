@@ -343,13 +343,14 @@ def test_a_full_disk_in_the_metrics_step_is_one_line(
     import polars as pl
 
     from vlbench.metrics.job import write_metrics
+    from vlbench.protocols import PROTOCOLS
     from vlbench.rank.protocol_ranks import Side, rank_protocol
 
     ids = np.array(["a", "b"], dtype=object)
     side = Side(np.eye(2, dtype=np.float32), ids, None, name="x")
     judged = pl.DataFrame({"query_id": ["a", "b"], "item_id": ["a", "b"], "relevance": [1, 1]})
     ranks = tmp_path / "ranks.parquet"
-    rank_protocol("paired", side, side, judged, None).write_parquet(ranks)
+    rank_protocol(PROTOCOLS["paired"], side, side, judged, None).write_parquet(ranks)
 
     def full(self: pl.DataFrame, path: object, *args: object, **kwargs: object) -> None:
         raise pl.exceptions.ComputeError(
@@ -361,7 +362,7 @@ def test_a_full_disk_in_the_metrics_step_is_one_line(
     outcomes = tmp_path / "metrics" / "i2t.outcomes.parquet"
     labels = {"benchmark": "b", "subset": "test", "model": "m", "direction": "image_to_text"}
     with pytest.raises(VlbenchError) as info:
-        write_metrics(ranks, "paired", [1], labels, "index", {"bootstrap_samples": 0},
+        write_metrics(ranks, PROTOCOLS["paired"], [1], labels, "index", {"bootstrap_samples": 0},
                       tmp_path / "metrics" / "i2t.csv", outcomes)  # fmt: skip
     assert str(info.value) == f"no space left on device for {outcomes} (needs more than 0.1 MB)"
     assert not outcomes.exists() and not list(outcomes.parent.glob(".*.partial"))

@@ -25,7 +25,7 @@ def test_every_record_names_known_directions_rankings_and_metrics() -> None:
         assert set(record.directions) <= set(DIRECTIONS)
         assert record.ranking in RANKINGS
         assert record.metrics in METRIC_FAMILIES
-        assert protocol_metrics(record.name, [1, 10])
+        assert protocol_metrics(record, [1, 10])
 
 
 def test_an_unknown_protocol_is_one_line() -> None:

@@ -25,7 +25,7 @@ from vlbench.metrics.fewshot_job import score_fewshot
 from vlbench.metrics.job import score_ranks, write_csv
 from vlbench.metrics.rows import StatsSettings, per_class_table
 from vlbench.metrics.score_inputs import read_candidate_lists, read_judgements, read_side
-from vlbench.protocols import PROTOCOLS
+from vlbench.protocols import PROTOCOLS, Protocol
 from vlbench.rank.exact import TIE_POLICIES
 from vlbench.rank.protocol_ranks import Side, rank_protocol
 
@@ -229,12 +229,12 @@ def _write(option: str, path: str, write: Callable[[str], None]) -> None:
         raise VlbenchError(f"{option} {path}: cannot write ({exc.strerror or exc}{where})") from exc
 
 
-def _check_score_inputs(args: argparse.Namespace) -> bool:
+def _check_score_inputs(args: argparse.Namespace, protocol: Protocol) -> bool:
     """Refuse option combinations that cannot run; return whether a gallery is given."""
     for option in ("ranks_out", "outcomes_out", "per_class_out"):
         if getattr(args, option) == STDOUT:
             raise VlbenchError(f"--{option.replace('_', '-')}: only --out can be '-' (stdout)")
-    if args.shots is not None and not PROTOCOLS[args.protocol].fewshot:
+    if args.shots is not None and not protocol.fewshot:
         allowed = ", ".join(name for name, record in PROTOCOLS.items() if record.fewshot)
         raise VlbenchError(f"--shots: few-shot needs images with classes (protocol {allowed})")
     if (args.gallery is None) != (args.gallery_ids is None):
@@ -247,20 +247,22 @@ def _check_score_inputs(args: argparse.Namespace) -> bool:
         for option in ("ranks_out", "outcomes_out", "per_class_out"):
             if getattr(args, option):
                 raise VlbenchError(f"--{option.replace('_', '-')} needs --gallery")
-    directions = PROTOCOLS[args.protocol].all_directions
+    directions = protocol.all_directions
     if args.gallery is not None and args.direction is None and len(directions) > 1:
         raise VlbenchError(
-            f"--direction is needed for protocol {args.protocol}: its queries may be images "
+            f"--direction is needed for protocol {protocol.name}: its queries may be images "
             f"or texts ({' or '.join(directions)}), and the direction labels the rows"
         )
     return args.gallery is not None
 
 
-def _ranked_rows(args: argparse.Namespace, queries: Side, labels: dict[str, str]) -> pl.DataFrame:
+def _ranked_rows(
+    args: argparse.Namespace, protocol: Protocol, queries: Side, labels: dict[str, str]
+) -> pl.DataFrame:
     """Rank the queries against the gallery; write the optional outputs; return metric rows."""
     gallery = read_side(args.gallery, args.gallery_ids, "gallery")
     ranks = rank_protocol(
-        args.protocol,
+        protocol,
         queries,
         gallery,
         read_judgements(args.qrels, labels["direction"]),
@@ -276,13 +278,13 @@ def _ranked_rows(args: argparse.Namespace, queries: Side, labels: dict[str, str]
         }
     )
     rows, outcomes = score_ranks(
-        ranks, args.protocol, args.k, labels, args.tie_policy, settings, args.notebook_columns
+        ranks, protocol, args.k, labels, args.tie_policy, settings, args.notebook_columns
     )
     if args.ranks_out:
         _write("--ranks-out", args.ranks_out, ranks.write_parquet)
     if args.outcomes_out:
         _write("--outcomes-out", args.outcomes_out, outcomes.write_parquet)
-    if args.per_class_out and PROTOCOLS[args.protocol].per_class:
+    if args.per_class_out and protocol.per_class:
         keys = ("benchmark", "subset", "model")
         per_class = per_class_table(ranks, **{k: labels[k] for k in keys})
         _write("--per-class-out", args.per_class_out, lambda path: write_csv(per_class, path))
@@ -291,15 +293,16 @@ def _ranked_rows(args: argparse.Namespace, queries: Side, labels: dict[str, str]
 
 def run_score(args: argparse.Namespace) -> int:
     """Rank, score and write; returns the number of metric rows."""
-    with_gallery = _check_score_inputs(args)
+    protocol = PROTOCOLS[args.protocol]  # one of the parser's choices
+    with_gallery = _check_score_inputs(args, protocol)
     labels = {
         "benchmark": args.benchmark,
         "subset": args.subset,
         "model": args.model,
-        "direction": args.direction or PROTOCOLS[args.protocol].directions[0],
+        "direction": args.direction or protocol.directions[0],
     }
     queries = read_side(args.queries, args.query_ids, "queries")
-    parts = [_ranked_rows(args, queries, labels)] if with_gallery else []
+    parts = [_ranked_rows(args, protocol, queries, labels)] if with_gallery else []
     if args.shots is not None:
         settings = {"shots": args.shots, "folds": args.folds, "shuffle": args.shuffle}
         keys = ("benchmark", "subset", "model")

@@ -48,7 +48,7 @@ class Protocol:
 
     name: str
     directions: tuple[str, ...]
-    # How ranks are computed (`vlbench.rank.protocol_ranks.RANKERS`): "judged" (relevance
+    # How ranks are computed (`vlbench.rank.protocol_ranks.RANKINGS`): "judged" (relevance
     # judgements, optionally restricted to candidate lists), "pooled_groups" (each query's
     # candidate taxa, scored by the max over their entries), "classes" (class prototypes).
     ranking: str

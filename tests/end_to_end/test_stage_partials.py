@@ -79,19 +79,22 @@ STAGES: dict[str, tuple[str, str]] = {
         "index/image.faiss",
     ),
     "rank": (
+        "from vlbench.protocols import PROTOCOLS\n"
         "from vlbench.rank.job import rank_direction\n"
         "e = root / 'embeddings'\n"
-        "rank_direction('paired', 'image_to_text', e / 'image.npy', e / 'image.ids.parquet',\n"
+        "rank_direction(PROTOCOLS['paired'], 'image_to_text',\n"
+        "               e / 'image.npy', e / 'image.ids.parquet',\n"
         "               root / 'index' / 'text.faiss', e / 'text.ids.parquet', root / 'data',\n"
         "               root / 'ranks' / 'image_to_text.parquet')",
         "ranks/image_to_text.parquet",
     ),
     "metrics": (
         "from vlbench.metrics.job import write_metrics\n"
+        "from vlbench.protocols import PROTOCOLS\n"
         "labels = {'benchmark': 'demo', 'subset': 'test', 'model': 'm',\n"
         "          'direction': 'image_to_text'}\n"
-        "write_metrics(root / 'ranks' / 'image_to_text.parquet', 'paired', [1, 5], labels,\n"
-        "              'index', {'bootstrap_samples': 10}, root / 'metrics' / 'i2t.csv',\n"
+        "write_metrics(root / 'ranks' / 'image_to_text.parquet', PROTOCOLS['paired'], [1, 5],\n"
+        "              labels, 'index', {'bootstrap_samples': 10}, root / 'metrics' / 'i2t.csv',\n"
         "              root / 'metrics' / 'i2t.outcomes.parquet')",
         "metrics/i2t.outcomes.parquet",
     ),

@@ -25,6 +25,7 @@ from torchmetrics.functional.retrieval import (
 )
 
 from vlbench.metrics.rows import outcomes_table
+from vlbench.protocols import PROTOCOLS
 from vlbench.rank.protocol_ranks import Side, rank_protocol
 
 N_QUERIES, N_GALLERY = 30, 45
@@ -49,7 +50,11 @@ def retrieval_case():
             rows.append((qids[q], gids[item], int(rng.integers(1, 4))))
     judgements = pl.DataFrame(rows, schema=["query_id", "item_id", "relevance"], orient="row")
     ranks = rank_protocol(
-        "multi_positive", Side(queries, qids), Side(gallery, gids), judgements, tie_policy="index"
+        PROTOCOLS["multi_positive"],
+        Side(queries, qids),
+        Side(gallery, gids),
+        judgements,
+        tie_policy="index",
     )
     # Independent strict order: position in a full stable argsort of each score row.
     scores = (queries @ gallery.T).astype(np.float64)
@@ -63,7 +68,7 @@ def retrieval_case():
 
 
 def outcome(ranks: pl.DataFrame, protocol: str, metric: str, k: int | None, ks=(1, 5, 10)):
-    table = outcomes_table(ranks, protocol, list(ks))
+    table = outcomes_table(ranks, PROTOCOLS[protocol], list(ks))
     picked = table.filter(
         (pl.col("metric") == metric) & (pl.col("k").is_null() if k is None else pl.col("k") == k)
     )
@@ -172,7 +177,7 @@ def test_candidate_restricted_rerank_matches_pytrec_eval() -> None:
             rows.append((qids[q], gids[g], grade))
             qrels[qids[q]][gids[g]] = grade
     ranks = rank_protocol(
-        "rerank",
+        PROTOCOLS["rerank"],
         Side(queries, qids),
         Side(gallery, gids),
         pl.DataFrame(rows, schema=["query_id", "item_id", "relevance"], orient="row"),
@@ -219,7 +224,7 @@ def test_taxon_accuracy_matches_mteb_biovita_scorer() -> None:
         }
     )
     ranks = rank_protocol(
-        "taxon_candidates",
+        PROTOCOLS["taxon_candidates"],
         Side(queries, np.array(qids, dtype=object), np.array(truth, dtype=object)),
         Side(gallery, np.array(corpus_ids, dtype=object), np.array(corpus_taxon, dtype=object)),
         None,
@@ -251,7 +256,7 @@ def test_zeroshot_accuracies_match_argsort_and_sklearn() -> None:
     images = np.hstack([tied_vectors(rng, 50, 3), np.ones((50, 1), np.float32)])
     truth = np.array([classes[i] for i in rng.integers(0, 7, size=50)], dtype=object)
     ranks = rank_protocol(
-        "zeroshot",
+        PROTOCOLS["zeroshot"],
         Side(images, np.array([f"i{i}" for i in range(50)], dtype=object), truth),
         Side(prompts, np.array([f"p{i}" for i in range(21)], dtype=object), prompt_class),
         None,

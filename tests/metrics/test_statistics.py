@@ -26,6 +26,7 @@ from vlbench.metrics.statistics import (
     indistinguishable_from_chance,
     paired_test,
     t_interval,
+    wilson_low,
 )
 
 
@@ -246,3 +247,10 @@ def test_chance_levels_of_large_galleries_equal_exact_binomial_arithmetic(n, r, 
     scaled = sum(math.comb(n - j, r - 1) * scale // j for j in range(1, n - r + 2))
     exact_mrr = scaled / (math.comb(n, r) * scale)
     assert reciprocal_rank(one)[1][0] == pytest.approx(exact_mrr, rel=1e-10)
+
+
+@pytest.mark.parametrize(("percent", "n"), [(13.017, 7185), (0.5, 300), (50.0, 40), (0.0, 100)])
+def test_wilson_bound_matches_scipy(percent: float, n: int) -> None:
+    successes = round(percent / 100 * n)
+    expected = stats.binomtest(successes, n).proportion_ci(method="wilson").low
+    assert wilson_low(100 * successes / n, n) == pytest.approx(100 * expected, abs=1e-9)

@@ -15,6 +15,7 @@ from vlbench.data.canonical import CANDIDATES_SCHEMA, IMAGES_SCHEMA, QRELS_SCHEM
 from vlbench.embedding.matrix_files import MatrixFiles, save_matrix
 from vlbench.metrics.job import write_metrics, write_per_class
 from vlbench.planning.targets import fewshot_metric_files, metric_files, metrics_extra_targets
+from vlbench.protocols import PROTOCOLS
 from vlbench.rank.index import build_flat_index
 from vlbench.rank.job import rank_direction
 
@@ -40,7 +41,7 @@ def canonical(root: Path, images, texts, qrels, candidates=()) -> Path:
 def run(root: Path, protocol: str, direction: str, ks: list[int]) -> pl.DataFrame:
     query, gallery = ("images", "texts") if direction == "image_to_text" else ("texts", "images")
     rank_direction(
-        protocol,
+        PROTOCOLS[protocol],
         direction,
         root / f"{query}.npy",
         root / f"{query}.ids.parquet",
@@ -52,7 +53,7 @@ def run(root: Path, protocol: str, direction: str, ks: list[int]) -> pl.DataFram
     labels = {"benchmark": "b", "subset": "test", "model": "m", "direction": direction}
     write_metrics(
         root / "ranks.parquet",
-        protocol,
+        PROTOCOLS[protocol],
         ks,
         labels,
         "index",

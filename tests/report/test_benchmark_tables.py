@@ -11,6 +11,7 @@ from vlbench.metrics.fewshot import FewShotResult
 from vlbench.metrics.fewshot_job import fewshot_rows
 from vlbench.metrics.job import write_csv
 from vlbench.metrics.rows import EXTRA_COLUMNS, METRIC_COLUMNS, StatsSettings, metric_rows
+from vlbench.protocols import PROTOCOLS
 from vlbench.report.tables import FEWSHOT_LEGEND, html_table, read_full_metrics, write_tables
 
 LABELS = {"benchmark": "rare", "subset": "test", "model": "m"}
@@ -157,7 +158,7 @@ def test_tables_mark_the_models_tied_with_the_best(tmp_path: Path) -> None:
         )
         labels = {"benchmark": "pairs", "subset": "test", "model": model}
         rows = metric_rows(
-            outcomes, "paired", **labels, direction="text_to_image", tie_policy="index"
+            outcomes, PROTOCOLS["paired"], **labels, direction="text_to_image", tie_policy="index"
         )
         write_csv(rows, tmp_path / f"{model}.csv")
         outcomes.with_columns(

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from scipy import stats
 from workflow_helpers import SHIPPED_MAP, SHIPPED_REFERENCE
 
 from vlbench.errors import VlbenchError
@@ -19,7 +18,6 @@ from vlbench.report.paper_table_model import PaperTable
 from vlbench.report.paper_tables import (
     build_paper_table,
     match_metric_rows,
-    wilson_low,
 )
 from vlbench.report.reference import (
     ReferenceMap,
@@ -366,13 +364,6 @@ def test_only_tables_of_configured_benchmarks_are_made() -> None:
         "bioclip2-zeroshot",
         "bioclip-fewshot",
     }
-
-
-@pytest.mark.parametrize(("percent", "n"), [(13.017, 7185), (0.5, 300), (50.0, 40), (0.0, 100)])
-def test_wilson_bound_matches_scipy(percent: float, n: int) -> None:
-    successes = round(percent / 100 * n)
-    expected = stats.binomtest(successes, n).proportion_ci(method="wilson").low
-    assert wilson_low(100 * successes / n, n) == pytest.approx(100 * expected, abs=1e-9)
 
 
 def test_reference_errors_name_file_and_row(tmp_path: Path) -> None:

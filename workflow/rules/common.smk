@@ -17,7 +17,7 @@ from vlbench.planning.checks import (
     model_spec_for_job,
 )
 from vlbench.planning.embed_cut import embed_cut
-from vlbench.planning.invocation import drop_default_rate_limit, executes_jobs
+from vlbench.planning.invocation import executes_jobs
 from vlbench.planning.job_params import JobParams
 from vlbench.planning.plan import plan
 from vlbench.planning.rule_inputs import EmbedJobs
@@ -33,12 +33,6 @@ if workflow.is_main_process:
     for _line in claim_directory():
         logger.warning(_line)
     stop_cleanly_on_interrupt()
-
-# A local run at Snakemake's default job rate limit runs without it: the limiter's timers wake
-# the scheduler more often with every finished job (vlbench.planning.invocation).
-onstart:
-    drop_default_rate_limit(workflow)
-
 
 # The default experiment applies only when no --configfile is given. The plan reads the config
 # files and --config (typed by the schema), the lock file's pins and the local data, and prints

@@ -9,7 +9,6 @@ from vlbench.paths import (
     EMBEDDING_FILES,
     EMBEDDING_IDENTITY,
     EXAMPLE_PLOT,
-    FAILED_RUN_NOTE,
     FRONT_PAGE,
     LEADERBOARD,
     METRICS_CSV,
@@ -24,21 +23,8 @@ from vlbench.paths import (
     plot_file,
     provenance_file,
 )
-from vlbench.planning.failures import (
-    failed_job_causes,
-    remove_failed_run_note,
-    write_failed_run_note,
-)
 from vlbench.planning.fingerprints import fingerprint
 from vlbench.planning.rule_inputs import example_panels, examples_inputs, prepared_data
-from vlbench.planning.run_end import INTERRUPTED, interrupted
-from vlbench.report.not_run import (
-    not_computable_summary,
-    not_run_summary,
-    read_not_run,
-    skipped_images_summary,
-)
-from vlbench.report.summary import coverage_lines_of
 
 # The examples job of a benchmark draws one panel per (model, direction), in this order.
 EXAMPLE_PANELS = example_panels(MODELS)
@@ -227,34 +213,6 @@ rule provenance:
         "logs/provenance/{benchmark}.log",
     script:
         "../../scripts/provenance.py"
-
-
-# The end of a run says what the plan left out and which metrics could not be computed
-# (not_run.csv lists both), which images a benchmark left out, and how much of each paper table
-# it filled (coverage.md).
-onsuccess:
-    remove_failed_run_note()
-    if PLAN.not_run_rows:
-        logger.info(not_run_summary(PLAN.not_run_rows, NOT_RUN_CSV))
-    for _line in not_computable_summary(read_not_run(NOT_RUN_CSV), NOT_RUN_CSV):
-        logger.warning(_line)
-    for _line in skipped_images_summary(BENCHMARKS):
-        logger.warning(_line)
-    for _line in coverage_lines_of(COVERAGE_MD):
-        logger.info(_line)
-
-
-# The last lines of a failed run name each failed job's one-line cause and its log (printed at
-# exit, after Snakemake's own lines), and a note beside the tables says they are from an earlier
-# run (the next complete run removes it). An interrupted run ends on its one line.
-onerror:
-    _causes = [INTERRUPTED] if interrupted() else failed_job_causes(log)
-    _earlier = write_failed_run_note(_causes)
-    if not interrupted():
-        say_last(
-            [f"vlbench: the tables are from an earlier run ({FAILED_RUN_NOTE})"] * _earlier
-            + _causes
-        )
 
 
 # Our results in the formats other tools read: mteb result files (the benchmarks that are mteb

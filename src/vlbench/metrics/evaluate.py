@@ -84,7 +84,7 @@ def evaluate(
     for direction in directions:
         query, gallery = DIRECTIONS[direction]
         pairs[direction] = rank_direction(
-            protocol=protocol.name,
+            protocol=protocol,
             direction=direction,
             queries_npy=embeddings[query].embeddings,
             query_ids_path=embeddings[query].ids,
@@ -97,7 +97,7 @@ def evaluate(
         )
         write_metrics(
             out.ranks[direction],
-            protocol=protocol.name,
+            protocol=protocol,
             ks=ks,
             labels={**labels, "direction": direction},
             tie_policy=ranking["tie_policy"],

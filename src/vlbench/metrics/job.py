@@ -15,6 +15,7 @@ from vlbench.metrics.rows import (
     outcomes_table,
     per_class_table,
 )
+from vlbench.protocols import Protocol
 
 
 def write_csv(table: pl.DataFrame, path: str | Path) -> None:
@@ -25,7 +26,7 @@ def write_csv(table: pl.DataFrame, path: str | Path) -> None:
 
 def score_ranks(
     ranks: pl.DataFrame,
-    protocol: str,
+    protocol: Protocol,
     ks: list[int],
     labels: dict[str, str],
     tie_policy: str,
@@ -48,7 +49,7 @@ def score_ranks(
 
 def write_metrics(
     ranks_path: str | Path,
-    protocol: str,
+    protocol: Protocol,
     ks: list[int],
     labels: dict[str, str],
     tie_policy: str,

@@ -23,7 +23,7 @@ from vlbench.metrics.statistics import (
     paired_test,
     t_interval,
 )
-from vlbench.protocols import protocol as protocol_record
+from vlbench.protocols import Protocol
 
 METRIC_COLUMNS = [
     "benchmark",
@@ -83,7 +83,7 @@ class StatsSettings:
         return cls(**{key: merged[key] for key in cls.__dataclass_fields__})
 
 
-def outcomes_table(ranks: pl.DataFrame, protocol: str, ks: Sequence[int]) -> pl.DataFrame:
+def outcomes_table(ranks: pl.DataFrame, protocol: Protocol, ks: Sequence[int]) -> pl.DataFrame:
     """Long per-query outcomes of every metric of `protocol`, in the metric's unit (percent
     metrics x 100), with each query's chance level and whether a tie decided it."""
     q = QueryRanks.from_table(ranks)
@@ -140,7 +140,7 @@ def _summary(frame: pl.DataFrame, settings: StatsSettings) -> dict:
 
 def metric_rows(
     outcomes: pl.DataFrame,
-    protocol: str,
+    protocol: Protocol,
     *,
     benchmark: str,
     subset: str,
@@ -153,7 +153,7 @@ def metric_rows(
     with the group name in `subset`."""
     settings = settings or StatsSettings.from_config()
     parts = [(subset, outcomes)]
-    if protocol_record(protocol).grouped:
+    if protocol.grouped:
         groups = outcomes["query_group"].drop_nulls().unique().sort().to_list()
         parts += [(group, outcomes.filter(pl.col("query_group") == group)) for group in groups]
     rows = []

@@ -38,7 +38,7 @@ from vlbench.metrics.outcomes import (
     reciprocal_rank,
     true_recall,
 )
-from vlbench.protocols import protocol
+from vlbench.protocols import Protocol
 
 Outcome = Callable[[QueryRanks], tuple[np.ndarray, np.ndarray]]
 
@@ -138,6 +138,6 @@ METRIC_FAMILIES: dict[str, Callable[[Sequence[int]], list[MetricSpec]]] = {
 }
 
 
-def protocol_metrics(protocol_name: str, ks: Sequence[int]) -> list[MetricSpec]:
-    """The metrics `protocol_name` reports for the configured cut-offs `ks`."""
-    return METRIC_FAMILIES[protocol(protocol_name).metrics](ks)
+def protocol_metrics(protocol: Protocol, ks: Sequence[int]) -> list[MetricSpec]:
+    """The metrics `protocol` reports for the configured cut-offs `ks`."""
+    return METRIC_FAMILIES[protocol.metrics](ks)

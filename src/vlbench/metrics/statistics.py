@@ -1,7 +1,9 @@
-"""Confidence intervals, bootstraps and paired tests over per-query outcome vectors."""
+"""Confidence intervals, bootstraps and paired tests over per-query outcome vectors, and the
+Wilson bound of a proportion (a published cell against chance)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +13,8 @@ from vlbench.metrics.t_quantile import student_t_quantile
 
 # Resamples drawn at once, so memory stays at _CHUNK x n_queries values.
 _CHUNK = 64
+# The normal quantile of a two-sided 95% interval.
+Z_95 = 1.959963984540054
 
 
 def t_interval(outcomes: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -232,3 +236,12 @@ def indistinguishable_from_chance(
     if chance is None or not np.isfinite(chance):
         return None
     return bool(ci_low <= chance) if higher_is_better else bool(ci_high >= chance)
+
+
+def wilson_low(percent: float, n: int) -> float:
+    """Lower bound, in percent, of the 95% Wilson interval of a proportion over n queries."""
+    p = min(max(percent / 100.0, 0.0), 1.0)
+    denominator = 1.0 + Z_95**2 / n
+    centre = p + Z_95**2 / (2 * n)
+    spread = Z_95 * math.sqrt(p * (1 - p) / n + Z_95**2 / (4 * n * n))
+    return 100.0 * (centre - spread) / denominator

@@ -13,8 +13,7 @@ from vlbench.data.canonical import ID_COLUMNS, read_candidates, read_parquet, re
 from vlbench.embedding.matrix_files import read_checked_embeddings, read_embedding_ids
 from vlbench.errors import VlbenchError
 from vlbench.paths import MODALITY_FILES
-from vlbench.protocols import DIRECTIONS
-from vlbench.protocols import protocol as protocol_record
+from vlbench.protocols import DIRECTIONS, Protocol
 from vlbench.rank.exact import TiePolicy
 from vlbench.rank.index import read_index_vectors
 from vlbench.rank.protocol_ranks import Side, normalise_rows, rank_protocol
@@ -59,7 +58,7 @@ def candidates_for(candidates_path: str | Path | None, direction: str) -> pl.Dat
 
 
 def rank_direction(
-    protocol: str,
+    protocol: Protocol,
     direction: str,
     queries_npy: str | Path,
     query_ids_path: str | Path,
@@ -98,7 +97,7 @@ def rank_direction(
         read_groups(files[gallery_modality], gallery_modality, gallery_ids),
         name=f"{gallery_modality} gallery",
     )
-    needs_qrels = protocol_record(protocol).needs_judgements
+    needs_qrels = protocol.needs_judgements
     ranks = rank_protocol(
         protocol,
         queries,

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from vlbench.errors import VlbenchError
-from vlbench.protocols import protocol as protocol_record
+from vlbench.protocols import Protocol
 from vlbench.rank.exact import (
     Relevance,
     TiePolicy,
@@ -296,7 +296,7 @@ RANKINGS = ("judged", "pooled_groups", "classes")
 
 
 def rank_protocol(
-    protocol: str,
+    protocol: Protocol,
     queries: Side,
     gallery: Side,
     judgements: pl.DataFrame | None,
@@ -310,15 +310,14 @@ def rank_protocol(
             f"{queries.name} have dimension {queries.vectors.shape[1]} but {gallery.name} "
             f"{gallery.vectors.shape[1]}"
         )
-    record = protocol_record(protocol)
-    if record.candidates_required and candidates is None:
-        raise VlbenchError(f"protocol {protocol!r} needs candidate lists")
-    if record.ranking == "pooled_groups":
+    if protocol.candidates_required and candidates is None:
+        raise VlbenchError(f"protocol {protocol.name!r} needs candidate lists")
+    if protocol.ranking == "pooled_groups":
         return rank_pooled_groups(queries, gallery, candidates, tie_policy, block_mb)
-    if record.ranking == "classes":
+    if protocol.ranking == "classes":
         return rank_classes(queries, gallery, tie_policy, block_mb)[0]
-    if record.ranking != "judged":
-        raise VlbenchError(f"protocol {protocol!r}: unknown ranking {record.ranking!r}")
+    if protocol.ranking != "judged":
+        raise VlbenchError(f"protocol {protocol.name!r}: unknown ranking {protocol.ranking!r}")
     if judgements is None:
-        raise VlbenchError(f"protocol {protocol!r} needs relevance judgements")
+        raise VlbenchError(f"protocol {protocol.name!r} needs relevance judgements")
     return rank_judged(queries, gallery, judgements, candidates, tie_policy, block_mb)

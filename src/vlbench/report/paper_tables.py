@@ -11,6 +11,7 @@ import polars as pl
 from vlbench.errors import VlbenchError
 from vlbench.metrics.fold_rows import NOT_COMPUTABLE_COLUMN
 from vlbench.metrics.standings import marked_best
+from vlbench.metrics.statistics import wilson_low
 from vlbench.report.coverage import table_coverage
 from vlbench.report.paper_layouts import Column, PaperLayout
 from vlbench.report.paper_table_model import Cell, PaperTable, Row
@@ -19,16 +20,6 @@ from vlbench.report.reference import PublishedValue, ReferenceMap, published_loo
 # Printed cells carry one or two decimals, so a printed mean may differ from the mean of the
 # printed cells by up to half a unit in its last place without being wrong.
 MEAN_ROUNDING_SLACK = 0.05
-Z_95 = 1.959963984540054
-
-
-def wilson_low(percent: float, n: int) -> float:
-    """Lower bound, in percent, of the 95% Wilson interval of a proportion over n queries."""
-    p = min(max(percent / 100.0, 0.0), 1.0)
-    denominator = 1.0 + Z_95**2 / n
-    centre = p + Z_95**2 / (2 * n)
-    spread = Z_95 * math.sqrt(p * (1 - p) / n + Z_95**2 / (4 * n * n))
-    return 100.0 * (centre - spread) / denominator
 
 
 def _value(row: Mapping[str, Any], name: str) -> float | None:
