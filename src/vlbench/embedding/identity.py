@@ -35,42 +35,45 @@ SECTION = "embedding"
 RUN_TIME = RUN_TIME_KEYS[SECTION]
 JOB_SHAPE = JOB_SHAPE_KEYS[SECTION]
 RESULT_NEUTRAL_KEYS: tuple[str, ...] = (*RUN_TIME, *JOB_SHAPE)
-neutral = RESULT_NEUTRAL_KEYS
 
-# What a change to each input of an embedding (or to a neutral key) reruns.
+# What a change to each input of an embedding, or to a neutral key, reruns: (the change, the
+# function that reads it into the content key or keeps it out, what reruns).
 RERUNS: tuple[tuple[str, str, str], ...] = (
     (
-        "the shard's rows (ids, payloads, decode policy)",
+        "a shard's rows (ids, payloads, the images' decode policy)",
         "`shard_files.shard_digests`",
-        "that shard's embedding (one text or image shard), then the pair's gather",
+        "the embed job, which embeds that one shard again; the pair's gather",
     ),
     (
         "the model's configured entry (`models.<key>`)",
-        "`embedding_identity`",
-        "every shard of the model, the model's `embedding_identity` job and its gathers",
+        "`identity.embedding_identity`",
+        "the embed job, which embeds every shard of the model again; the model's "
+        "`embedding_identity` job and gathers",
     ),
     (
         "the model's user files (model_config, local weights)",
         "`planning.checks.model_fingerprint`",
-        "every shard of the model, its `embedding_identity` job and its gathers",
+        "the same as its configured entry",
     ),
     (
         "an `embedding` result key ("
-        + ", ".join(f"`{key}`" for key in schema_defaults(SECTION) if key not in neutral)
+        + ", ".join(
+            f"`{key}`" for key in schema_defaults(SECTION) if key not in RESULT_NEUTRAL_KEYS
+        )
         + ")",
-        "`result_settings`",
-        "every shard of every model, every `embedding_identity` job and every gather",
+        "`identity.result_settings`",
+        "every embed job, each shard embedded again; every `embedding_identity` job and gather",
     ),
     (
         "a speed knob (" + ", ".join(f"`{key}`" for key in RUN_TIME) + ")",
-        "`RUN_TIME` (`config.RUN_TIME_KEYS`)",
-        "nothing: read from the config at run time, never a param",
+        "`identity.RUN_TIME` (`config.RUN_TIME_KEYS`)",
+        "nothing: read from the config at run time (`EmbedSettings.for_job`), never a param",
     ),
     (
         "the job shape (" + ", ".join(f"`{key}`" for key in JOB_SHAPE) + ")",
-        "`JOB_SHAPE` (`config.JOB_SHAPE_KEYS`)",
-        "the renamed embed jobs once, embedding nothing (every shard reused); no gather: "
-        "each reads its pair's list `ancient`",
+        "`identity.JOB_SHAPE` (`config.JOB_SHAPE_KEYS`)",
+        "the renamed embed jobs once, each reusing every stored shard; no gather (each reads "
+        "its pair's list `ancient`)",
     ),
 )
 
@@ -110,6 +113,6 @@ def identity_digest(identity: Mapping[str, Any]) -> str:
 
 def rerun_table() -> str:
     """`RERUNS` as the Markdown table docs/architecture.md holds between its markers."""
-    lines = ["| a change to | owned by | reruns |", "| --- | --- | --- |"]
+    lines = ["| a change to | read by | reruns |", "| --- | --- | --- |"]
     lines += [f"| {change} | {owner} | {reruns} |" for change, owner, reruns in RERUNS]
     return "\n".join([TABLE_BEGIN, *lines, TABLE_END])
