@@ -64,8 +64,9 @@ checkpoint embed:
     params:
         models=embed_model_params,
         benchmarks=EMBED.benchmarks_of,
+        # Each model's spec and identity (its result settings too: a change reruns the job).
         # Speed knobs (threads, num_workers, pixel_cache) are read from the config by the job:
-        # a change to them reruns nothing (vlbench.config.RUN_TIME_KEYS).
+        # a change to them reruns nothing. What reruns an embedding: vlbench.embedding.identity.
     # Decode workers follow the threads (embedding.num_workers: null); on a GPU node give
     # each GPU job the node's cores per GPU: embedding.threads, or --set-threads embed=N.
     threads: config["embedding"]["threads"]

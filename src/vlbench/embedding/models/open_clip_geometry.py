@@ -2,7 +2,7 @@
 
 Importing open_clip takes seconds (it imports torchvision and transformers), and only a built
 model says how its images are resized and cropped. An embed job starts decoding its first image
-shard on the predicted geometry meanwhile (`vlbench.embedding.job.AheadPass.predicted`) and keeps
+shard on the predicted geometry meanwhile (`vlbench.embedding.waves.AheadPass.predicted`) and keeps
 the decoded pixels only if the loaded model's geometry key equals the prediction's; otherwise the
 pass is dropped and one is opened for the model. So a wrong prediction costs time, never a number.
 `tests/embedding/test_open_clip_geometry.py` checks that the prediction equals the installed
