@@ -29,14 +29,13 @@ def run_plan(plan: JobPlan) -> dict[PairKey, Records]:
 
     def store_texts(model: LoadedModel) -> None:
         for key, shard in plan.texts_left(model.key):
-            pair = plan.pairs[key]
-            ids, matrix, record = embed_shard(model, shard, plan.settings)
-            pair.stored(shard, pair.pair.store("text").save(shard, ids, matrix, record))
+            plan.pairs[key].save(shard, *embed_shard(model, shard, plan.settings))
 
     with contextlib.closing(waves(plan, store_texts)) as loaded:
         for wave in loaded:
             store_images(plan, wave)
-            results.update(plan.write_lists(key for key in plan.pairs if key[0] in wave.models))
+            listed = [key for key in plan.pairs if key[0] in wave.models and key not in results]
+            results.update(plan.write_lists(listed))
     return {key: results[key] for key in plan.pairs}
 
 
@@ -51,10 +50,8 @@ def store_images(plan: JobPlan, wave: Wave) -> None:
                 embedded = [embed_shard(models[0], work.shard, plan.settings)]
             else:
                 embedded = embed_images_together(models, work.shard, plan.settings, opened)
-            for key, (ids, matrix, record) in zip(group, embedded, strict=True):
-                pair = plan.pairs[key]
-                stored = pair.pair.store("image").save(work.shard, ids, matrix, record)
-                pair.stored(work.shard, stored)
+            for key, shard_files in zip(group, embedded, strict=True):
+                plan.pairs[key].save(work.shard, *shard_files)
 
 
 def passes(

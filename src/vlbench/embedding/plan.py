@@ -85,10 +85,12 @@ class PairPlan:
         """Whether every shard of the pair is stored."""
         return not any(self.missing(modality) for modality in self.shards)
 
-    def stored(self, shard: Shard, record: dict[str, Any]) -> None:
-        """Note a shard embedded and stored by this job (`record`: its stored provenance)."""
-        self.records[shard.modality][shard.index] = {**record, "reused": False}
-        log_shard(record, reused=False)
+    def save(self, shard: Shard, ids: list[str], matrix: Any, record: dict[str, Any]) -> None:
+        """Store a shard this job embedded (its ids, matrix and provenance record) in the
+        pair's resume folder, and note it as stored."""
+        stored = self.pair.store(shard.modality).save(shard, ids, matrix, record)
+        self.records[shard.modality][shard.index] = {**stored, "reused": False}
+        log_shard(stored, reused=False)
 
 
 @dataclass(frozen=True)
