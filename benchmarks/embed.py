@@ -51,11 +51,11 @@ from vlbench.config import EMBED_JOB_SHAPES
 from vlbench.data.canonical import IMAGES_SCHEMA, TEXTS_SCHEMA
 from vlbench.data.synthetic import BIOMEDFLICKR_SCHEMA, README, make_caption
 from vlbench.embedding.encode import embed_rows
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.matrix_files import load_embeddings
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
+from vlbench.embedding.waves import LoadedModel
 from vlbench.report.provenance import read_snakemake_benchmark
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,10 +34,10 @@ from embed import make_photos
 
 from vlbench.data.canonical import IMAGES_SCHEMA
 from vlbench.embedding.encode import embed_rows
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.models import load_open_clip
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
+from vlbench.embedding.waves import LoadedModel
 
 
 def preprocess_batch(model, blobs: list[bytes]) -> torch.Tensor:

@@ -6,7 +6,9 @@ importing torch or loading a model."""
 
 from pathlib import Path
 
-from vlbench.embedding.plan import EmbedJob, Pair, job_settings, plan_job
+from vlbench.embedding.plan import EmbedJob, Pair, plan_job
+from vlbench.embedding.settings import EmbedSettings
+from vlbench.embedding.shard_list import write_lists
 from vlbench.paths import EMBEDDING_SHARD_LIST, EMBEDDING_SHARDS, PIXEL_CACHE_FOLDER
 from vlbench.rule_log import rule_log
 
@@ -28,7 +30,8 @@ with rule_log(snakemake.log[0]) as log:
                 shard_list=Path(shard_list),
                 pixel_folder=Path(PIXEL_CACHE_FOLDER.format(benchmark=benchmark)),
             )
-    settings = job_settings(models, snakemake.config["embedding"], snakemake.threads)
+    # Result settings from the params, speed knobs from the config (vlbench.embedding.identity).
+    settings = EmbedSettings.for_job(models, snakemake.config["embedding"], snakemake.threads)
     log.info(
         "embed job (embedding.jobs: %s): %d model(s) x %d benchmark(s)",
         snakemake.config["embedding"]["jobs"],
@@ -36,8 +39,8 @@ with rule_log(snakemake.log[0]) as log:
         len(benchmarks),
     )
     plan = plan_job(EmbedJob(settings, pairs))
-    if plan.complete:
-        records = plan.write_lists()
+    if not plan.models:  # every shard stored: no model to load
+        records = write_lists(plan.pairs)
     else:  # a shard to embed: torch and the models' modules import only now
         from vlbench.embedding.job import run_plan
 

@@ -11,7 +11,6 @@ import torch
 from embed_support import TINY_CONFIG, tiny_model, write_texts
 
 from vlbench.embedding.encode import embed_shard
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.models import load_model
 from vlbench.embedding.models.causal_text import (
     BUCKET_TOKENS,
@@ -23,6 +22,7 @@ from vlbench.embedding.models.causal_text import (
 from vlbench.embedding.models.open_clip_adapter import write_random_checkpoint
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import Shard
+from vlbench.embedding.waves import LoadedModel
 
 TEXT_CFG = {"context_length": 77, "vocab_size": 1000, "width": 64, "heads": 2, "layers": 3}
 VISION_CFG = {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16}

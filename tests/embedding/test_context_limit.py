@@ -16,7 +16,7 @@ import torch
 from embed_support import tiny_model
 
 from vlbench.data.canonical import TEXTS_SCHEMA
-from vlbench.embedding import loaded_model
+from vlbench.embedding import waves
 from vlbench.embedding.identity import embedding_identity
 from vlbench.embedding.job import run_plan
 from vlbench.embedding.models import EmbeddingModel
@@ -119,7 +119,7 @@ def test_each_text_shard_records_its_own_count(
     from embed_support import write_images
 
     model = tiny_model()
-    monkeypatch.setattr(loaded_model, "load_model", lambda spec, device=None: model)
+    monkeypatch.setattr(waves, "load_model", lambda spec, device=None: model)
     images = tmp_path / "images.parquet"
     write_images(images, 4, row_group_size=4)
     long_texts = write_captions(tmp_path / "long.parquet", [LONG, SHORT, FULL, FULL, SHORT, SHORT])

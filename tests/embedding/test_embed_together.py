@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from embed_support import tiny_model, write_images, write_texts
 
-from vlbench.embedding import loaded_model, waves
+from vlbench.embedding import waves
 from vlbench.embedding.identity import embedding_identity, identity_digest
 from vlbench.embedding.job import run_plan
 from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings
@@ -72,7 +72,7 @@ def run(
         loads.append(spec["key"])
         return models[spec["key"]]
 
-    monkeypatch.setattr(loaded_model, "load_model", load)
+    monkeypatch.setattr(waves, "load_model", load)
     job = job_of(keys, sources, out)
     records = run_plan(plan_job(job))
     matrices = {}
@@ -111,9 +111,10 @@ def test_models_sharing_a_geometry_see_each_image_shard_in_one_pass(
 STORED_RECORDS = """
 import json, pickle, sys
 from vlbench.embedding.plan import plan_job
+from vlbench.embedding.shard_list import write_lists
 with open(sys.argv[1], "rb") as handle:
     plan = plan_job(pickle.load(handle))
-records = plan.write_lists() if plan.complete else None
+records = None if plan.models else write_lists(plan.pairs)
 listed = None if records is None else {"/".join(pair): got for pair, got in records.items()}
 print(json.dumps({"records": listed, "torch": "torch" in sys.modules}))
 """
@@ -196,8 +197,8 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
     original = waves.AheadPass.open
     opened = []
 
-    def recording(plan, model):
-        ahead = original(plan, model)
+    def recording(work, model, settings):
+        ahead = original(work, model, settings)
         opened.append(ahead)
         return ahead
 
@@ -211,7 +212,7 @@ def test_a_pass_opened_ahead_is_closed_when_the_wave_fails(
 
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        patch.setattr(loaded_model, "load_model", load)
+        patch.setattr(waves, "load_model", load)
         job = job_of(["a", "b"], sources, out, num_workers=1)
         with pytest.raises(VlbenchError, match=r"models\.b: weights missing"):
             run_plan(plan_job(job))
@@ -279,8 +280,8 @@ def predicting(
     opened: list[waves.AheadPass | None] = []
     original = waves.AheadPass.predicted
 
-    def recording(plan, key):
-        ahead = original(plan, key)
+    def recording(work, settings):
+        ahead = original(work, settings)
         opened.append(ahead)
         return ahead
 

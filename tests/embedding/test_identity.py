@@ -12,7 +12,6 @@ from workflow_helpers import REPO
 
 from vlbench.config import load_schema, schema_defaults, validate_config
 from vlbench.embedding import identity
-from vlbench.embedding.plan import job_settings
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.planning.job_params import JobParams
 
@@ -51,7 +50,7 @@ def test_planning_and_the_job_read_the_same_identity_and_settings() -> None:
     planned = JobParams(config).embedding_identity("m")
     assert planned == identity.embedding_identity(config["models"]["m"], "", config["embedding"])
     assert set(planned["embedding"]) == set(identity.result_settings(config["embedding"]))
-    settings = job_settings({"m": {"identity": planned}}, config["embedding"], threads=5)
+    settings = EmbedSettings.for_job({"m": {"identity": planned}}, config["embedding"], threads=5)
     # Result keys from the identity, speed knobs from the config, threads from the job.
     assert settings == EmbedSettings.from_config({**config["embedding"], "threads": 5}), asdict(
         settings

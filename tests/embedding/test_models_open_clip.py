@@ -291,8 +291,8 @@ def test_unknown_adapter_is_refused() -> None:
 def test_a_load_error_in_the_embedding_job_names_the_config_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vlbench.embedding.loaded_model import load
     from vlbench.embedding.settings import EmbedSettings
+    from vlbench.embedding.waves import load
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     repo = write_hub_repo(tmp_path / "repo", tiny_state(0))

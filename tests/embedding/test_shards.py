@@ -28,11 +28,10 @@ from hypothesis import strategies as st
 
 from vlbench import atomic
 from vlbench.data.canonical import TEXTS_SCHEMA
-from vlbench.embedding import loaded_model
+from vlbench.embedding import waves
 from vlbench.embedding.encode import embed_rows
 from vlbench.embedding.identity import embedding_identity, identity_digest
 from vlbench.embedding.job import run_plan
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.matrix_files import MatrixFiles, load_embeddings, save_embeddings
 from vlbench.embedding.models import EmbeddingModel, register_model_config
 from vlbench.embedding.plan import EmbedJob, Pair, plan_job
@@ -45,6 +44,7 @@ from vlbench.embedding.shard_files import (
     shard_ranges,
 )
 from vlbench.embedding.shard_list import gather_pair
+from vlbench.embedding.waves import LoadedModel
 from vlbench.errors import VlbenchError
 
 ROWS = 13
@@ -239,7 +239,7 @@ def embedding_job_run(
         loads.append(1)
         return model
 
-    monkeypatch.setattr(loaded_model, "load_model", load)
+    monkeypatch.setattr(waves, "load_model", load)
     spec = {"name": "vlbench-tiny"}
     settings = EmbedSettings.from_config(batch_size=4, shard_size=5, pixel_cache=False)
     pair = Pair(
@@ -250,7 +250,7 @@ def embedding_job_run(
         shard_list=out / "shards.json",
     )
     plan = plan_job(EmbedJob(settings, {("tiny", "bench"): pair}))
-    records = plan.write_lists() if plan.complete else run_plan(plan)
+    records = run_plan(plan)
     gathered = {modality: MatrixFiles.at(out / modality) for modality in ("image", "text")}
     gather_pair(pair.shard_list, identity_digest(pair.identity), pair.resume_dir, gathered)
     return records[("tiny", "bench")]

@@ -18,12 +18,11 @@ from vlbench.data.synthetic import IMAGE_KINDS, draw_image
 from vlbench.embedding import encode
 from vlbench.embedding.encode import EmbeddedRows
 from vlbench.embedding.identity import embedding_identity
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.matrix_files import MatrixFiles
 from vlbench.embedding.models import EmbeddingModel, register_model_config
-from vlbench.embedding.plan import Pair
 from vlbench.embedding.settings import EmbedSettings
-from vlbench.embedding.shard_files import Shard, gather_shards
+from vlbench.embedding.shard_files import Shard, ShardStore, gather_shards, plan_shards
+from vlbench.embedding.waves import LoadedModel
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "config" / "models" / "vlbench-tiny.json"
 
@@ -141,22 +140,15 @@ def embed_with_loaded_model(
     `pixel_folder` (None: not cached)."""
     out = MatrixFiles.at(Path(out_dir) / modality)
     identity = embedding_identity(spec, "", asdict(settings))
-    pair = Pair(
-        spec=spec,
-        identity=identity,
-        sources={modality: Path(source)},
-        resume_dir=Path(out_dir) / "shards",
-        shard_list=Path(out_dir) / "shards.json",
-        pixel_folder=pixel_folder,
-    )
     loaded = LoadedModel.of(model, {"model": spec}, settings)
-    store = pair.store(modality)
+    store = ShardStore(Path(out_dir) / "shards" / modality, identity)
+    folder = pixel_folder if modality == "image" else None
     stems, records = [], []
-    for shard in pair.shards(modality, settings.shard_size):
+    for shard in plan_shards(modality, Path(source), settings.shard_size, folder):
         record = store.stored(shard)
         if record is None:
             record = store.save(shard, *encode.embed_shard(loaded, shard, settings))
-        stems.append(MatrixFiles.at(pair.resume_dir / modality / shard.name))
+        stems.append(store.files(shard))
         records.append(record)
     gather_shards(stems, records, out)
     return out.embeddings

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -16,12 +16,14 @@ from tqdm import tqdm
 
 from vlbench.data.canonical import ID_COLUMNS
 from vlbench.embedding.batches import PixelPass, model_inputs
-from vlbench.embedding.loaded_model import LoadedModel
 from vlbench.embedding.loader import read_column_range
 from vlbench.embedding.models import BadEmbeddings, EmbeddingModel
 from vlbench.embedding.settings import EmbedSettings
 from vlbench.embedding.shard_files import STORAGE_DTYPES, Shard
 from vlbench.errors import VlbenchError
+
+if TYPE_CHECKING:  # the job's loaded models (vlbench.embedding.waves, which loads them)
+    from vlbench.embedding.waves import LoadedModel
 
 
 def peak_rss_mb() -> float:

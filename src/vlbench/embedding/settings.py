@@ -41,11 +41,15 @@ class EmbedSettings:
 
     @classmethod
     def for_job(
-        cls, results: Mapping[str, Any], config: Mapping[str, Any], threads: int
+        cls, models: Mapping[str, Mapping[str, Any]], config: Mapping[str, Any], threads: int
     ) -> EmbedSettings:
-        """An embed job's settings: the result settings its params carry (the identity's, so
-        that changing one reruns the job) and the speed knobs of the run's config (read at run
-        time: changing one reruns nothing); `threads`: the job's, after --set-threads and the
-        --cores cap."""
+        """An embed job's one settings object, from the rule's `models` param (each model's
+        spec and identity) and the run's `embedding` config section: the result settings the
+        models' identities carry (a param: changing one reruns the job), the speed knobs of the
+        config (read at run time: changing one reruns nothing); `threads`: the job's, after
+        --set-threads and the --cores cap."""
+        results = [given["identity"]["embedding"] for given in models.values()]
+        if any(result != results[0] for result in results):
+            raise ValueError("the models of one embed job must share their result settings")
         speed = {key: config[key] for key in RUN_TIME if key in config}
-        return cls.from_config({**results, **speed}, threads=threads)
+        return cls.from_config({**results[0], **speed}, threads=threads)

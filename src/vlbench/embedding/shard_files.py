@@ -184,6 +184,14 @@ class ShardStore:
             return None
         return record
 
+    def reused(self, shard: Shard) -> dict[str, Any] | None:
+        """`stored`'s record marked reused (and its line in the rule log), or None."""
+        record = self.stored(shard)
+        if record is None:
+            return None
+        log_shard(record, reused=True)
+        return {**record, "reused": True}
+
     def checked(self, shard: Shard) -> tuple[dict[str, Any] | None, list[str]]:
         """`listed`'s provenance and the stored files whose digests differ from it (none
         checked when the shard is not listed)."""
@@ -200,6 +208,30 @@ class ShardStore:
         files = self.files(shard)
         files.provenance.unlink(missing_ok=True)
         return save_matrix(files, ids, matrix, {**record, "content_key": self.key(shard)})
+
+
+def log_shard(record: dict[str, Any], reused: bool) -> None:
+    """One line per shard in the rule log: reused, or its speed and pixel-cache use."""
+    modality, (start, stop) = record["modality"], record["rows"]
+    if reused:
+        LOG.info("%s rows %d-%d: stored shard reused", modality, start, stop)
+        return
+    together = record.get("embedded_with")
+    LOG.info(
+        "%s rows %d-%d: %s items/s%s, pixel cache %s",
+        modality,
+        start,
+        stop,
+        record["items_per_second"],
+        f" (one pass for {len(together)} models)" if together else "",
+        record.get("pixel_cache", "n/a"),
+    )
+    if record.get("texts_at_context_limit"):
+        LOG.warning(
+            "%d texts fill the whole context of %s tokens: longer ones were truncated",
+            record["texts_at_context_limit"],
+            record.get("context_length", "the model's"),
+        )
 
 
 def gather_shards(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vlbench.atomic import write_text
 from vlbench.embedding.identity import identity_digest
@@ -29,6 +29,12 @@ from vlbench.embedding.shard_files import gather_shards
 from vlbench.errors import VlbenchError
 from vlbench.hashing import require_intact
 from vlbench.paths import MODALITIES
+
+if TYPE_CHECKING:
+    from vlbench.embedding.plan import PairKey, PairPlan
+
+# A pair's records: each modality's shard records, in row order.
+Records = dict[str, list[dict[str, Any]]]
 
 # What makes a listed shard that is gone or damaged again.
 REEMBED = "rerun with `--forcerun embed`: the embed job embeds it again and reuses the others"
@@ -52,6 +58,24 @@ def write_shard_list(
     if _same_stored_files(path, record):
         return
     write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def write_lists(plans: Mapping[PairKey, PairPlan]) -> dict[PairKey, Records]:
+    """Write the list of each planned pair, every shard of which is stored by now (reused, or
+    embedded by the job); return each pair's records."""
+    written = {}
+    for key, plan in plans.items():
+        entries = {}
+        for modality, records in plan.records.items():
+            if any(record is None for record in records):
+                raise RuntimeError(f"{plan.pair.shard_list}: a {modality} shard was left unstored")
+            shards = zip(plan.shards[modality], records, strict=True)
+            entries[modality] = [(f"{modality}/{shard.name}", record) for shard, record in shards]
+        write_shard_list(plan.pair.shard_list, plan.pair.identity, entries)
+        written[key] = {
+            modality: [record for _, record in got] for modality, got in entries.items()
+        }
+    return written
 
 
 def _stored_files(record: Mapping[str, Any]) -> tuple:
