@@ -2,8 +2,8 @@
 checkout's code, then compare two such runs file by file.
 
     # the code of the checkout this script sits in (its src/ goes first on PYTHONPATH)
-    .venv/bin/python benchmarks/output_identity.py run --out /work/new-outputs
-    .venv/bin/python benchmarks/output_identity.py compare /work/baseline-outputs /work/new-outputs
+    .venv/bin/python benchmarks/output_identity.py run --out ../after-outputs
+    .venv/bin/python benchmarks/output_identity.py compare ../before-outputs ../after-outputs
 
 `run --out DIR [--configs NAME ...]` runs, one after the other, each named run in its own
 folder DIR/<name>/ (DIR/<name>.snakemake.log holds Snakemake's output, DIR/manifest.json the
