@@ -8,8 +8,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from vlbench.errors import VlbenchError
 
 if TYPE_CHECKING:  # jsonschema is imported where a config is validated, not by every job
@@ -55,7 +53,10 @@ SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
-    """Read the YAML JSON-schema file."""
+    """Read the YAML JSON-schema file (yaml imported here: jobs that only read the key tables
+    above, such as every gather job through `vlbench.embedding.identity`, do not pay for it)."""
+    import yaml
+
     with open(path, encoding="utf-8") as handle:
         # The schema is ours (no duplicate-key check needed): libyaml's loader when present.
         return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

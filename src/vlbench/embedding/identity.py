@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from vlbench.config import JOB_SHAPE_KEYS, RUN_TIME_KEYS, schema_defaults
+from vlbench.config import JOB_SHAPE_KEYS, RUN_TIME_KEYS, result_keys, schema_defaults
 
 SECTION = "embedding"
 # Keys of the `embedding` section that change no number (config.py classifies every section:
@@ -37,7 +37,8 @@ JOB_SHAPE = JOB_SHAPE_KEYS[SECTION]
 RESULT_NEUTRAL_KEYS: tuple[str, ...] = (*RUN_TIME, *JOB_SHAPE)
 
 # What a change to each input of an embedding, or to a neutral key, reruns: (the change, the
-# function that reads it into the content key or keeps it out, what reruns).
+# function that reads it into the content key or keeps it out, what reruns). The result keys'
+# names are filled in from the schema when the table is rendered (`rerun_table`).
 RERUNS: tuple[tuple[str, str, str], ...] = (
     (
         "a shard's rows (ids, payloads, the images' decode policy)",
@@ -56,11 +57,7 @@ RERUNS: tuple[tuple[str, str, str], ...] = (
         "the same as its configured entry",
     ),
     (
-        "an `embedding` result key ("
-        + ", ".join(
-            f"`{key}`" for key in schema_defaults(SECTION) if key not in RESULT_NEUTRAL_KEYS
-        )
-        + ")",
+        "an `embedding` result key ({result_keys})",
         "`identity.result_settings`",
         "every embed job, each shard embedded again; every `embedding_identity` job and gather",
     ),
@@ -83,7 +80,7 @@ TABLE_BEGIN, TABLE_END = "<!-- embedding-reruns -->", "<!-- end embedding-reruns
 
 def result_settings(embedding: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of an `embedding` section (or settings) that can change a number."""
-    return {key: value for key, value in embedding.items() if key not in RESULT_NEUTRAL_KEYS}
+    return result_keys({SECTION: embedding}, SECTION)
 
 
 def embedding_identity(
@@ -113,6 +110,10 @@ def identity_digest(identity: Mapping[str, Any]) -> str:
 
 def rerun_table() -> str:
     """`RERUNS` as the Markdown table docs/architecture.md holds between its markers."""
+    names = ", ".join(f"`{key}`" for key in result_settings(schema_defaults(SECTION)))
     lines = ["| a change to | read by | reruns |", "| --- | --- | --- |"]
-    lines += [f"| {change} | {owner} | {reruns} |" for change, owner, reruns in RERUNS]
+    lines += [
+        f"| {change.format(result_keys=names)} | {owner} | {reruns} |"
+        for change, owner, reruns in RERUNS
+    ]
     return "\n".join([TABLE_BEGIN, *lines, TABLE_END])

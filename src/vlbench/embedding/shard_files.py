@@ -167,8 +167,7 @@ class ShardStore:
         return content_key(shard.digest, self.identity)
 
     def listed(self, shard: Shard) -> dict[str, Any] | None:
-        """The provenance of a stored shard with the current key, its files not checked: what
-        a plan may go by; `stored` is what a reuse goes by."""
+        """The provenance of a stored shard with the current key, its files not checked."""
         try:
             record = json.loads(self.files(shard).provenance.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -177,8 +176,12 @@ class ShardStore:
 
     def stored(self, shard: Shard) -> dict[str, Any] | None:
         """The provenance of a complete stored shard with the current key whose files still
-        hold the bytes written (their digests); None otherwise."""
-        record, damaged = self.checked(shard)
+        hold the bytes written (their digests); None otherwise (a damaged one named in the
+        log)."""
+        record = self.listed(shard)
+        if record is None:
+            return None
+        damaged = mismatches(self.files(shard).data, record.get("files"))
         if damaged:
             LOG.warning("stored shard %s not reused, embedding it again", damaged[0])
             return None
@@ -191,14 +194,6 @@ class ShardStore:
             return None
         log_shard(record, reused=True)
         return {**record, "reused": True}
-
-    def checked(self, shard: Shard) -> tuple[dict[str, Any] | None, list[str]]:
-        """`listed`'s provenance and the stored files whose digests differ from it (none
-        checked when the shard is not listed)."""
-        record = self.listed(shard)
-        if record is None:
-            return None, []
-        return record, mismatches(self.files(shard).data, record.get("files"))
 
     def save(
         self, shard: Shard, ids: Sequence[str], matrix: np.ndarray, record: dict[str, Any]
